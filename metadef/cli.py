@@ -1,0 +1,266 @@
+"""The ``metadef`` command line.
+
+Example:
+    $ metadef zoo list
+    $ metadef zoo export resnet50 -o resnet50.onnx
+    $ metadef inspect resnet50.onnx
+    $ metadef run resnet50.onnx --input input=img.npy -o out/
+    $ metadef demo
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import metadef as md
+from metadef.core.errors import MetadefError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class _Group(click.Group):
+    """Turns metadef's typed errors into one clear line and exit code 2, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MetadefError as e:
+            err_console.print(f"[bold red]error[/] ({type(e).__name__}): {e}", markup=True, highlight=False)
+            sys.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(md.__version__, prog_name="metadef")
+def main() -> None:
+    """metadef: import a model, infer its shapes, run it, check it against ONNX Runtime."""
+
+
+# --- zoo ---------------------------------------------------------------------------------
+
+
+@main.group()
+def zoo() -> None:
+    """The built-in models (built by metadef itself; nothing is downloaded)."""
+
+
+@zoo.command("list")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def zoo_list(as_json: bool) -> None:
+    """List the zoo's models.  Example: metadef zoo list"""
+    rows = [md.zoo.describe(n) for n in md.zoo.names()]
+    if as_json:
+        click.echo(json.dumps([{"name": r.name, "summary": r.summary,
+                                "inputs": [[n, d, list(map(str, s))] for n, d, s in r.inputs]} for r in rows]))
+        return
+    table = Table("model", "inputs", "summary")
+    for r in rows:
+        table.add_row(r.name, ", ".join(f"{n}: {d}[{','.join(map(str, s))}]" for n, d, s in r.inputs), r.summary)
+    console.print(table)
+
+
+@zoo.command("export")
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="the .onnx file to write")
+@click.option("--seed", default=0, show_default=True, help="seed of the deterministic weights")
+def zoo_export(name: str, output: Path, seed: int) -> None:
+    """Write a zoo model as ONNX.  Example: metadef zoo export bert -o bert.onnx"""
+    if name not in md.zoo.names():
+        raise click.BadParameter(f"unknown model {name!r}; choose from {', '.join(md.zoo.names())}")
+    path = md.zoo.export(name, output, seed=seed)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+# --- inspect / run -------------------------------------------------------------------------
+
+
+def _load_graph(path: str) -> md.Graph:
+    if path in md.zoo.names() and not Path(path).exists():
+        return md.import_onnx(md.zoo.build(path), name=path)
+    return md.import_onnx(path)
+
+
+@main.command()
+@click.argument("model")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--graph", "show_graph", is_flag=True, help="print the whole graph in text form")
+def inspect(model: str, as_json: bool, show_graph: bool) -> None:
+    """Ops, symbolic shapes and parameters of a model (an .onnx file or a zoo name).
+
+    Example: metadef inspect resnet50.onnx
+    """
+    g = _load_graph(model)
+    info = {
+        "name": g.name,
+        "inputs": [{"name": v.name, "type": str(v.type)} for v in g.inputs],
+        "outputs": [{"name": v.name, "type": str(v.type)} for v in g.outputs],
+        "ops": g.op_counts(),
+        "nodes": len(g.nodes),
+        "parameters": g.num_parameters(),
+        "parameter_bytes": int(sum(v.const.nbytes for v in g.constants)),
+        "symbols": sorted(g.env.symbols),
+    }
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    if show_graph:
+        click.echo(str(g))
+        return
+    console.print(f"[bold]{g.name}[/]: {info['nodes']} nodes, {info['parameters']:,} parameters "
+                  f"({info['parameter_bytes'] / 1e6:.1f} MB), symbols: {', '.join(info['symbols']) or 'none'}")
+    io = Table("", "name", "type")
+    for v in g.inputs:
+        io.add_row("input", v.name, str(v.type))
+    for v in g.outputs:
+        io.add_row("output", v.name, str(v.type))
+    console.print(io)
+    ops = Table("op", "count")
+    for op, n in info["ops"].items():
+        ops.add_row(op, str(n))
+    console.print(ops)
+
+
+def _parse_inputs(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            raise click.BadParameter(f"--input expects NAME=FILE.npy, got {spec!r}")
+        try:
+            feeds[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise click.BadParameter(f"cannot read {file!r} for input {name!r}: {e}") from e
+    return feeds
+
+
+@main.command()
+@click.argument("model")
+@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="an input array (repeat for each input); zoo models get example inputs if omitted")
+@click.option("--target", default="reference", show_default=True, help="backend to run on")
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="save each output as NAME.npy here")
+@click.option("--batch", default=1, show_default=True, help="batch of the example inputs (zoo models)")
+def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | None, batch: int) -> None:
+    """Run a model on inputs from .npy files and print (or save) its outputs.
+
+    Example: metadef run mlp.onnx --input x=x.npy -o out/
+    """
+    g = _load_graph(model)
+    feeds = _parse_inputs(inputs)
+    if not feeds and model in md.zoo.names():
+        feeds = md.zoo.describe(model).example_inputs(batch=batch)
+    sess = md.compile(g, target=target)
+    t0 = time.perf_counter()
+    outs = sess.run(feeds)
+    elapsed = time.perf_counter() - t0
+    table = Table("output", "shape", "dtype", "min", "max", "mean")
+    for name, arr in outs.items():
+        numeric = arr.dtype.kind in "fiub" and arr.size
+        stats = [f"{float(f(arr)):.5g}" for f in (np.min, np.max, np.mean)] if numeric else ["", "", ""]
+        table.add_row(name, str(list(arr.shape)), str(arr.dtype), *stats)
+        if output_dir is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            np.save(output_dir / f"{name.replace('/', '_')}.npy", arr)
+    console.print(table)
+    console.print(f"ran on {target} in {elapsed * 1e3:.1f} ms")
+
+
+# --- demo --------------------------------------------------------------------------------
+
+
+def _demo_runs(name: str) -> list[dict[str, int]]:
+    if name == "bert":
+        return [{"batch": 1, "seq": 128}, {"batch": 3, "seq": 37}]
+    return [{"batch": 1}, {"batch": 3}]
+
+
+@main.command()
+@click.option("--model", "models", multiple=True, help="zoo model(s) to run (default: all)")
+def demo(models: tuple[str, ...]) -> None:
+    """Build each zoo model, import it with symbolic shapes, run it on the reference backend and
+    check it against ONNX Runtime.  Example: metadef demo --model resnet50"""
+    from metadef.testing.oracle import compare_with_onnxruntime
+
+    names = list(models) or md.zoo.names()
+    failed = 0
+    for name in names:
+        t0 = time.perf_counter()
+        proto = md.zoo.build(name)
+        t1 = time.perf_counter()
+        graph = md.import_onnx(proto, name=name)
+        t2 = time.perf_counter()
+        console.rule(f"[bold]{name}[/]: {len(graph.nodes)} nodes, {graph.num_parameters():,} parameters")
+        console.print(f"built in {t1 - t0:.2f} s; imported and shape-inferred in {(t2 - t1) * 1e3:.0f} ms")
+        for v in graph.inputs:
+            console.print(f"  input  {v.name}: {v.type}")
+        for v in graph.outputs:
+            console.print(f"  output {v.name}: {v.type}")
+        table = Table("dims", "output", "shape", "max abs err", "metadef (reference)", "onnxruntime", "match")
+        for dims in _demo_runs(name):
+            feeds = md.zoo.describe(name).example_inputs(**dims)
+            check = compare_with_onnxruntime(proto, feeds, graph=graph)
+            for o in check.outputs:
+                failed += not o.ok
+                table.add_row(", ".join(f"{k}={v}" for k, v in dims.items()), o.name, str(list(o.shape)),
+                              f"{o.max_abs_err:.2e}", f"{check.metadef_s * 1e3:.0f} ms",
+                              f"{check.onnxruntime_s * 1e3:.0f} ms", "[green]yes[/]" if o.ok else "[red]NO[/]")
+        console.print(table)
+    if failed:
+        err_console.print(f"[red]{failed} output(s) differ from ONNX Runtime beyond rtol 1e-4, atol 1e-5[/]")
+        sys.exit(1)
+    console.print("[green]every output matches ONNX Runtime (rtol 1e-4, atol 1e-5)[/]")
+
+
+# --- conformance and docs --------------------------------------------------------------
+
+
+@main.command()
+@click.option("--op", "ops", multiple=True, help="only this op's cases (repeatable)")
+@click.option("-k", "pattern", help="only cases whose name matches this regex")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def conformance(ops: tuple[str, ...], pattern: str | None, as_json: bool) -> None:
+    """Run the ONNX backend node tests through import and the reference backend.
+
+    Example: metadef conformance --op Conv
+    """
+    from metadef.testing.conformance import format_report, run_cases
+
+    report = run_cases(list(ops) or None, pattern)
+    if as_json:
+        click.echo(json.dumps({"totals": report.totals(), "by_op": report.by_op(),
+                               "failures": [r.__dict__ for r in report.failures()]}, indent=2))
+    else:
+        click.echo(format_report(report))
+    sys.exit(1 if report.failures() else 0)
+
+
+@main.group()
+def docs() -> None:
+    """Generate documentation from the registry."""
+
+
+@docs.command("ops")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/ops.md"),
+              show_default=True)
+@click.option("--no-conformance", is_flag=True, help="skip running the node tests (faster)")
+def docs_ops(output: Path, no_conformance: bool) -> None:
+    """Write docs/ops.md: each op, its opsets, its semantics and its conformance."""
+    from metadef.testing.opdocs import write_ops_doc
+
+    path = write_ops_doc(output, conformance=not no_conformance)
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""ONNX import: a ModelProto (or a path) to a typed metadef Graph.
+
+Every node maps to a meta-op or the import fails, before anything is built, with one error
+naming each unknown op, its domain, a node that uses it and how to register a meta-op for it.
+Initializers and ``Constant`` nodes become constants; ``dim_param`` names become symbols; a
+dim with neither value nor name gets a fresh symbol. Old-opset forms (attributes that later
+became inputs) are converted by the op's own ``adapt`` hook.
+
+Example:
+    >>> import metadef as md
+    >>> from metadef import zoo
+    >>> g = md.import_onnx(zoo.build("mlp"))
+    >>> [str(v.type) for v in g.outputs]
+    ['f32[batch,10]']
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from metadef.core.dtypes import from_onnx
+from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
+from metadef.ir import Graph, GraphBuilder, Value
+from metadef.ops import REGISTRY, REGISTER_HINT, get_op
+from metadef.shape import Dim, ShapeEnv, TensorType
+
+_CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def load_model(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Read an ONNX model (with external data) from a path, bytes, or pass a proto through."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    try:
+        if isinstance(source, bytes):
+            return onnx.load_from_string(source)
+        path = Path(source)
+        if not path.exists():
+            raise FormatError(f"ONNX file {str(path)!r} does not exist")
+        return onnx.load(str(path), load_external_data=True)
+    except MetadefError:
+        raise
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise FormatError(f"cannot read ONNX model {str(source)[:200]!r}: {type(e).__name__}: {e}; "
+                          "is it an .onnx file, complete and not truncated?") from e
+
+
+def _type_of(vi: onnx.ValueInfoProto, env: ShapeEnv, where: str) -> TensorType:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise UnsupportedOpError(f"{where} {vi.name!r} is not a tensor (sequence, map and optional "
+                                 "graph inputs are not supported yet)")
+    dt = from_onnx(tt.elem_type)
+    if not tt.HasField("shape"):
+        return TensorType(dt, None)
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.dim_param:
+            dims.append(env.declare(d.dim_param))
+        else:
+            dims.append(env.fresh(f"{vi.name.replace('/', '_').strip('_') or 'dim'}"))
+    return TensorType(dt, tuple(dims))
+
+
+def _attr_value(attr: onnx.AttributeProto, where: str) -> Any:
+    kind = attr.type
+    if kind == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if kind == onnx.AttributeProto.TENSORS:
+        return [numpy_helper.to_array(t) for t in attr.tensors]
+    if kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        raise UnsupportedOpError(f"{where}: attribute {attr.name!r} holds a subgraph; control flow "
+                                 "import is not supported yet")
+    if kind == onnx.AttributeProto.SPARSE_TENSOR:
+        raise UnsupportedOpError(f"{where}: sparse tensor attribute {attr.name!r} is not supported")
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+    return value
+
+
+def _constant_array(node: onnx.NodeProto, where: str) -> np.ndarray:
+    attrs = {a.name: _attr_value(a, where) for a in node.attribute}
+    for name in _CONSTANT_FIELDS:
+        if name in attrs:
+            value = attrs[name]
+            if name in ("value_float", "value_floats"):
+                return np.asarray(value, dtype=np.float32)
+            if name in ("value_int", "value_ints"):
+                return np.asarray(value, dtype=np.int64)
+            return value
+    raise UnsupportedOpError(f"{where}: Constant with attributes {sorted(attrs)} is not supported "
+                             "(strings and sparse tensors are not numeric)")
+
+
+def _check_ops(graph: onnx.GraphProto) -> None:
+    missing: dict[tuple[str, str], str] = {}
+    for i, node in enumerate(graph.node):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue
+        if REGISTRY.get(node.op_type, node.domain) is None:
+            missing.setdefault((node.domain or "ai.onnx", node.op_type), node.name or f"#{i}")
+    if missing:
+        listing = "; ".join(f"op {op!r} of domain {dom!r} (node {where})"
+                            for (dom, op), where in sorted(missing.items()))
+        raise UnsupportedOpError(f"the model uses ops no meta-op covers: {listing}. To run it, "
+                                 f"{REGISTER_HINT}")
+
+
+def _opset_of(model: onnx.ModelProto) -> dict[str, int]:
+    opset = {}
+    for imp in model.opset_import:
+        opset["" if imp.domain in ("", "ai.onnx") else imp.domain] = int(imp.version)
+    opset.setdefault("", 21)
+    return opset
+
+
+def import_graph(model: onnx.ModelProto, name: str | None = None) -> Graph:
+    """Convert a loaded ModelProto into a typed Graph (see ``import_onnx``)."""
+    g = model.graph
+    _check_ops(g)
+    opset = _opset_of(model)
+    b = GraphBuilder(name or g.name or "main", opset=opset)
+    values: dict[str, Value | None] = {"": None}
+    for init in g.initializer:
+        try:
+            values[init.name] = b.const(init.name, numpy_helper.to_array(init))
+        except Exception as e:
+            raise FormatError(f"initializer {init.name!r} cannot be read: {e}") from e
+    for vi in g.input:
+        if vi.name in values:
+            continue  # an initializer also listed as an input (older exporters)
+        values[vi.name] = b.input(vi.name, _type_of(vi, b.env, "graph input"))
+    for i, node in enumerate(g.node):
+        _import_node(b, node, i, values, opset)
+    for vi in g.output:
+        if vi.name not in values or values[vi.name] is None:
+            raise FormatError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
+        b.output(values[vi.name])
+    b.metadata.update({p.key: p.value for p in model.metadata_props})
+    b.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
+    return b.build()
+
+
+def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
+                 values: dict[str, Value | None], opset: dict[str, int]) -> None:
+    where = f"node {node.name or '#' + str(index)} ({node.op_type})"
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        values[node.output[0]] = b.const(node.output[0], _constant_array(node, where))
+        return
+    op = get_op(node.op_type, node.domain)
+    attrs = {a.name: _attr_value(a, where) for a in node.attribute}
+    try:
+        inputs = [values[n] for n in node.input]
+    except KeyError as e:
+        raise FormatError(f"{where} reads {e.args[0]!r}, which no earlier node, input or "
+                          "initializer defines (is the graph topologically sorted?)") from None
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    if op.adapt is not None:
+        attrs, extra = op.adapt(opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21),
+                                attrs, len(inputs))
+        for idx, data in sorted(extra.items()):
+            while len(inputs) < idx:
+                inputs.append(None)
+            const = b.const(f"{node.name or node.op_type}_{op.inputs[min(idx, len(op.inputs) - 1)].name}",
+                            np.asarray(data))
+            if idx < len(inputs):
+                inputs[idx] = const
+            else:
+                inputs.append(const)
+    out_names = list(node.output)
+    while out_names and out_names[-1] == "":
+        out_names.pop()
+    placeholder = [n or f"{node.name or node.op_type}_unused{k}" for k, n in enumerate(out_names)]
+    outs = b.node(node.op_type, inputs, attrs, name=node.name or f"{node.op_type}_{index}",
+                  domain=node.domain if node.domain != "ai.onnx" else "", outputs=placeholder)
+    for n, v in zip(out_names, outs):
+        if n:
+            values[n] = v
+
+
+def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: str | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as a Graph with symbolic shapes inferred.
+
+    Example:
+        >>> import metadef as md
+        >>> g = md.import_onnx(md.zoo.build("mlp"))
+        >>> str(g.inputs[0].type)
+        'f32[batch,784]'
+    """
+    return import_graph(load_model(source), name=name)
+
+
+__all__ = ["import_graph", "import_onnx", "load_model"]
