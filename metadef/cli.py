@@ -23,6 +23,9 @@ from rich.table import Table
 
 import metadef as md
 from metadef.core.errors import MetadefError
+from metadef.testing.conformance import format_report, run_cases
+from metadef.testing.opdocs import write_ops_doc
+from metadef.testing.oracle import compare_with_onnxruntime
 
 console = Console()
 err_console = Console(stderr=True)
@@ -190,8 +193,6 @@ def _demo_runs(name: str) -> list[dict[str, int]]:
 def demo(models: tuple[str, ...]) -> None:
     """Build each zoo model, import it with symbolic shapes, run it on the reference backend and
     check it against ONNX Runtime.  Example: metadef demo --model resnet50"""
-    from metadef.testing.oracle import compare_with_onnxruntime
-
     names = list(models) or md.zoo.names()
     failed = 0
     for name in names:
@@ -234,8 +235,6 @@ def conformance(ops: tuple[str, ...], pattern: str | None, as_json: bool) -> Non
 
     Example: metadef conformance --op Conv
     """
-    from metadef.testing.conformance import format_report, run_cases
-
     report = run_cases(list(ops) or None, pattern)
     if as_json:
         click.echo(json.dumps({"totals": report.totals(), "by_op": report.by_op(),
@@ -256,8 +255,6 @@ def docs() -> None:
 @click.option("--no-conformance", is_flag=True, help="skip running the node tests (faster)")
 def docs_ops(output: Path, no_conformance: bool) -> None:
     """Write docs/ops.md: each op, its opsets, its semantics and its conformance."""
-    from metadef.testing.opdocs import write_ops_doc
-
     path = write_ops_doc(output, conformance=not no_conformance)
     console.print(f"wrote {path}")
 

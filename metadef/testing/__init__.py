@@ -1,0 +1,1 @@
+"""Testing tools that ship with metadef: the ONNX node-test conformance harness."""

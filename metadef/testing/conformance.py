@@ -1,0 +1,180 @@
+"""The ONNX backend node-test conformance harness.
+
+Each case from ``onnx.backend.test.case.node.collect_testcases`` (a one-node model, or its
+``_expanded`` function body, with input and expected output arrays) goes through
+``metadef.import_onnx`` and the reference backend; outputs are compared with the case's own
+tolerances. A case is ``pass``, ``fail`` (wrong numbers or an unexpected error),
+``unsupported`` (an op or dtype metadef does not cover: a typed error said so) or
+``known`` (a listed expected failure, with its reason, see ``known_failures``).
+
+Example:
+    >>> report = run_cases(op="Relu")            # doctest: +SKIP
+    >>> report.totals()["pass"] > 0              # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import warnings
+from collections import Counter
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+import metadef as md
+from metadef.core.errors import DTypeError, MetadefError, UnsupportedOpError
+from metadef.testing.known_failures import KNOWN_FAILURES
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    name: str
+    op: str
+    status: str          # pass | fail | unsupported | known
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    results: list[CaseResult] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        c = Counter(r.status for r in self.results)
+        return {k: c.get(k, 0) for k in ("pass", "fail", "unsupported", "known")} | {"total": len(self.results)}
+
+    def by_op(self) -> dict[str, dict[str, int]]:
+        table: dict[str, Counter] = {}
+        for r in self.results:
+            table.setdefault(r.op, Counter())[r.status] += 1
+        return {op: dict(c) for op, c in sorted(table.items())}
+
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if r.status == "fail"]
+
+
+@functools.lru_cache(maxsize=1)
+def all_cases() -> tuple[Any, ...]:
+    """Every node test case of the installed onnx (generated once per process, ~12 s)."""
+    from onnx.backend.test.case import node  # heavy: only when conformance runs
+
+    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return tuple(node.collect_testcases(None))
+
+
+def case_op(case: Any) -> str:
+    """The op a case tests: its single node's op, or, for ``_expanded`` cases, the op of the
+    unexpanded case of the same name."""
+    nodes = case.model.graph.node
+    if not case.name.endswith(("_expanded", "_expanded_ver18")) and nodes:
+        return nodes[-1].op_type
+    base = re.sub(r"_expanded(_ver18)?$", "", case.name)
+    return _op_by_name().get(base, nodes[-1].op_type if nodes else "?")
+
+
+@functools.lru_cache(maxsize=1)
+def _op_by_name() -> dict[str, str]:
+    return {c.name: c.model.graph.node[-1].op_type for c in all_cases()
+            if c.model.graph.node and "_expanded" not in c.name}
+
+
+def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape} != expected {want.shape}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != expected {want.dtype}"
+    if want.dtype.kind in "biu" or want.dtype == np.bool_:
+        bad = int(np.sum(got != want))
+        return None if bad == 0 else f"{bad} of {want.size} elements differ"
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    close = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    if close.all():
+        return None
+    worst = float(np.nanmax(np.abs(g - w)[~close])) if (~close).any() else 0.0
+    return f"{int((~close).sum())} of {w.size} elements off (max abs err {worst:.3g})"
+
+
+def run_case(case: Any) -> CaseResult:
+    """Import, compile and run one case on the reference backend; compare every output."""
+    op = case_op(case)
+    if case.name in KNOWN_FAILURES:
+        return CaseResult(case.name, op, "known", KNOWN_FAILURES[case.name])
+    try:
+        graph = md.import_onnx(case.model)
+        sess = md.compile(graph, target="reference")
+        for inputs, outputs in case.data_sets:
+            if any(not isinstance(x, np.ndarray) for x in [*inputs, *outputs]):
+                return CaseResult(case.name, op, "unsupported", "sequence or optional values")
+            feeds = {spec.name: x for spec, x in zip(sess.inputs, inputs)}
+            got = sess.run(feeds)
+            for spec, want in zip(sess.outputs, outputs):
+                why = _compare(np.asarray(got[spec.name]), want, case.rtol, case.atol)
+                if why is not None:
+                    return CaseResult(case.name, op, "fail", f"output {spec.name}: {why}")
+    except (UnsupportedOpError, DTypeError) as e:
+        return CaseResult(case.name, op, "unsupported", f"{type(e).__name__}: {e}"[:300])
+    except MetadefError as e:
+        return CaseResult(case.name, op, "fail", f"{type(e).__name__}: {e}"[:300])
+    except Exception as e:  # a bug in metadef: report it as a failure, keep going
+        return CaseResult(case.name, op, "fail", f"crash {type(e).__name__}: {e}"[:300])
+    return CaseResult(case.name, op, "pass")
+
+
+def run_cases(op: str | Iterable[str] | None = None, pattern: str | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Report:
+    """Run the cases of some ops (or all), optionally those whose name matches ``pattern``."""
+    ops = {op} if isinstance(op, str) else set(op) if op is not None else None
+    cases = [c for c in all_cases()
+             if (ops is None or case_op(c) in ops) and (pattern is None or re.search(pattern, c.name))]
+    report = Report()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, case in enumerate(cases):
+            report.results.append(run_case(case))
+            if progress is not None:
+                progress(i + 1, len(cases))
+    return report
+
+
+def format_report(report: Report, *, show_failures: bool = True) -> str:
+    """Per-op table and totals as plain text."""
+    lines = [f"{'op':28} {'pass':>5} {'fail':>5} {'unsup':>5} {'known':>5}"]
+    for op, c in report.by_op().items():
+        lines.append(f"{op:28} {c.get('pass', 0):5} {c.get('fail', 0):5} "
+                     f"{c.get('unsupported', 0):5} {c.get('known', 0):5}")
+    t = report.totals()
+    lines.append(f"{'TOTAL':28} {t['pass']:5} {t['fail']:5} {t['unsupported']:5} {t['known']:5}"
+                 f"   ({t['total']} cases)")
+    if show_failures:
+        for r in report.failures():
+            lines.append(f"FAIL {r.name} [{r.op}]: {r.detail}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m metadef.testing.conformance [--op OP ...] [-k PATTERN]``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--op", action="append", help="only cases of this op (repeatable)")
+    ap.add_argument("-k", dest="pattern", help="only cases whose name matches this regex")
+    ap.add_argument("-v", action="store_true", help="list unsupported cases too")
+    args = ap.parse_args(argv)
+    report = run_cases(args.op, args.pattern)
+    print(format_report(report))
+    if args.v:
+        for r in report.results:
+            if r.status == "unsupported":
+                print(f"UNSUPPORTED {r.name} [{r.op}]: {r.detail}")
+    return 0 if not report.failures() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

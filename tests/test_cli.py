@@ -1,0 +1,45 @@
+"""The metadef command line: zoo, inspect, run, errors without tracebacks."""
+
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from metadef.cli import main
+
+
+def test_zoo_list_and_export(tmp_path):
+    r = CliRunner().invoke(main, ["zoo", "list", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [m["name"] for m in json.loads(r.output)] == ["mlp", "resnet50", "mobilenetv2", "bert"]
+    out = tmp_path / "mlp.onnx"
+    r = CliRunner().invoke(main, ["zoo", "export", "mlp", "-o", str(out)])
+    assert r.exit_code == 0 and out.exists()
+    r = CliRunner().invoke(main, ["zoo", "export", "alexnet", "-o", str(out)])
+    assert r.exit_code != 0 and "choose from mlp" in r.output
+
+
+def test_inspect_and_run(tmp_path):
+    model = tmp_path / "mlp.onnx"
+    CliRunner().invoke(main, ["zoo", "export", "mlp", "-o", str(model)])
+    r = CliRunner().invoke(main, ["inspect", str(model), "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output)
+    assert info["inputs"] == [{"name": "x", "type": "f32[batch,784]"}]
+    assert info["parameters"] > 500_000
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 784), np.float32))
+    r = CliRunner().invoke(main, ["run", str(model), "--input", f"x={x}", "-o", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert np.load(tmp_path / "out" / "probs.npy").shape == (2, 10)
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    model = tmp_path / "mlp.onnx"
+    CliRunner().invoke(main, ["zoo", "export", "mlp", "-o", str(model)])
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 783), np.float32))
+    r = CliRunner().invoke(main, ["run", str(model), "--input", f"x={x}"])
+    assert r.exit_code == 2
+    assert "InputError" in r.output and "expected [batch,784]" in r.output
+    assert "Traceback" not in r.output
