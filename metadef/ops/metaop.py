@@ -20,12 +20,14 @@ Example (a custom elementwise op is one call)::
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
-from metadef.core.errors import DSLSyntaxError
+from metadef.core.errors import DSLSyntaxError, SemanticsError
 from metadef.ops.interface import AttrSpec, Interface, Param, parse_type_constraints
 from metadef.ops.semantics import Program, parse_semantics
 from metadef.ops.strategy import Role, Strategy, WorkspaceFn
@@ -36,9 +38,10 @@ if TYPE_CHECKING:  # typing only: infer imports this module
     from metadef.ops.infer import InferContext
 
 ShapeRule = Callable[["InferContext"], Sequence[Any]]
-# A node's semantics: text, or text (and params) from its attributes and input shapes.
-SemanticsFn = Callable[[Mapping[str, Any], Sequence[Sequence[Dim] | None]],
-                       Union[str, tuple[str, Mapping[str, Any]]]]
+# A node's semantics: text, or text (and params) from its attributes, input shapes and
+# (optionally, as a third argument) the constant values of its ``reads`` inputs; None: no
+# expression for this node, run the reference.
+SemanticsFn = Callable[..., Union[str, tuple[str, Mapping[str, Any]], None]]
 Reference = Callable[[list[Union[np.ndarray, None]], Mapping[str, Any]], Any]
 # Old-opset forms: (opset, attrs, number of inputs) -> (new attrs, {input index: constant}).
 Adapter = Callable[[int, dict[str, Any], int], tuple[dict[str, Any], dict[int, np.ndarray]]]
@@ -58,24 +61,43 @@ class Semantics:
     def opaque(self) -> bool:
         return self.expression is None
 
-    def instantiate(self, attrs: Mapping[str, Any],
-                    shapes: Sequence[Sequence[Dim] | None]) -> tuple[Program, dict[str, Any]]:
-        """The parsed program and its params for one node.
+    def instantiate(self, attrs: Mapping[str, Any], shapes: Sequence[Sequence[Dim] | None],
+                    values: Sequence[np.ndarray | None] = ()) -> tuple[Program, dict[str, Any]] | None:
+        """The parsed program and its params for one node, or None when this node has no
+        expression (the function said so, e.g. reduction axes known only at run time): the
+        op's numpy ``reference`` then runs it.
 
-        A plain-text expression takes the node's scalar attributes as params.
+        A plain-text expression takes the node's scalar attributes as params. ``values`` are
+        the constant values of the op's ``reads`` inputs (None where unknown).
         """
         if self.expression is None:
-            raise DSLSyntaxError("an opaque op has no semantic expression to instantiate")
+            return None
         params = {k: v for k, v in attrs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if isinstance(self.expression, str):
             return parse_semantics(self.expression), params
-        result = self.expression(attrs, shapes)
+        result = self.expression(attrs, shapes, values) if _takes_values(self.expression) \
+            else self.expression(attrs, shapes)
+        if result is None:
+            if self.reference is None:
+                raise SemanticsError("a semantics function returned None but the op has no reference")
+            return None
         if isinstance(result, tuple):
             text, extra = result
             params.update(extra)
         else:
             text = result
         return parse_semantics(text), params
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_values(fn: Callable[..., Any]) -> bool:
+    """Whether a semantics function accepts the third argument (the ``reads`` input values)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 @dataclass(frozen=True, eq=False)

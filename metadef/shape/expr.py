@@ -278,9 +278,23 @@ def _terms_of(d: Dim) -> dict:
     return {(): d} if d else {}
 
 
+_mono_keys: dict[Monomial, tuple] = {}
+
+
+def _mono_key(mono: Monomial) -> tuple:
+    key = _mono_keys.get(mono)
+    if key is None:
+        key = tuple((a.order(), p) for a, p in mono)
+        _mono_keys[mono] = key
+    return key
+
+
+def _term_key(term: tuple) -> tuple:
+    return _mono_key(term[0])
+
+
 def _make(terms: dict) -> Dim:
-    items = tuple(sorted(((m, c) for m, c in terms.items() if c != 0),
-                         key=lambda t: [(a.order(), p) for a, p in t[0]]))
+    items = tuple(sorted(((m, c) for m, c in terms.items() if c != 0), key=_term_key))
     if not items:
         return 0
     if len(items) == 1 and items[0][0] == ():
@@ -304,6 +318,10 @@ def add(a: Dim, b: Dim) -> Dim:
     """``a + b``, simplified."""
     if isinstance(a, int) and isinstance(b, int):
         return a + b
+    if isinstance(b, int) and b == 0:
+        return a
+    if isinstance(a, int) and a == 0:
+        return b
     terms = _terms_of(a)
     for mono, coef in _terms_of(b).items():
         terms[mono] = terms.get(mono, 0) + coef
@@ -328,6 +346,14 @@ def mul(a: Dim, b: Dim) -> Dim:
     """``a * b``, simplified (polynomial product)."""
     if isinstance(a, int) and isinstance(b, int):
         return a * b
+    if isinstance(a, int):
+        a, b = b, a
+    if isinstance(b, int):  # scaling keeps the order of terms
+        if b == 0:
+            return 0
+        if b == 1:
+            return a
+        return Expr(tuple((m, c * b) for m, c in a.terms))
     out: dict = {}
     for m1, c1 in _terms_of(a).items():
         for m2, c2 in _terms_of(b).items():

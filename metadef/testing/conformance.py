@@ -110,11 +110,11 @@ def run_case(case: Any) -> CaseResult:
         graph = md.import_onnx(case.model)
         sess = md.compile(graph, target="reference")
         for inputs, outputs in case.data_sets:
-            if any(not isinstance(x, np.ndarray) for x in [*inputs, *outputs]):
+            if any(not isinstance(x, (np.ndarray, np.generic)) for x in [*inputs, *outputs]):
                 return CaseResult(case.name, op, "unsupported", "sequence or optional values")
-            feeds = {spec.name: x for spec, x in zip(sess.inputs, inputs)}
+            feeds = {spec.name: np.asarray(x) for spec, x in zip(sess.inputs, inputs)}
             got = sess.run(feeds)
-            for spec, want in zip(sess.outputs, outputs):
+            for spec, want in zip(sess.outputs, map(np.asarray, outputs)):
                 why = _compare(np.asarray(got[spec.name]), want, case.rtol, case.atol)
                 if why is not None:
                     return CaseResult(case.name, op, "fail", f"output {spec.name}: {why}")

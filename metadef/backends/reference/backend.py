@@ -59,12 +59,14 @@ def run_node(op: MetaOp, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray |
     depend on values). Used by the interpreter and by constant folding.
     """
     out_dtypes = [t.dtype.numpy for t in out_types]
-    if op.semantics.opaque:
+    shapes = [None if a is None else a.shape for a in inputs]
+    values = [a if i in op.reads else None for i, a in enumerate(inputs)]
+    instance = op.semantics.instantiate(attrs, shapes, values)
+    if instance is None:
         result = op.semantics.reference(list(inputs), attrs)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
     else:
-        shapes = [None if a is None else a.shape for a in inputs]
-        program, params = op.semantics.instantiate(attrs, shapes)
+        program, params = instance
         names = tensor_names(op, len(inputs))
         tensors = {n: a for n, a in zip(names, inputs) if a is not None}
         out_names = tensor_names(op, len(out_types), outputs=True)
