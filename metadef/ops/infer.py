@@ -50,7 +50,6 @@ class InferContext:
     values: list[np.ndarray | None]
     env: ShapeEnv = field(default_factory=ShapeEnv)
     bound: dict[str, DType] = field(default_factory=dict)
-    sym_values: list[tuple[Dim, ...] | None] = field(default_factory=list)
 
     # --- accessors ---------------------------------------------------------------------
     def shape(self, i: int) -> tuple[Dim, ...] | None:
@@ -71,19 +70,10 @@ class InferContext:
         return i < len(self.inputs) and self.inputs[i] is not None
 
     def value(self, i: int) -> np.ndarray | None:
-        """The constant value of input ``i`` when known at compile time (only for ``reads``)."""
+        """The value of input ``i`` when known at compile time (read it only for ``reads``
+        inputs): a constant array, or, for shape arithmetic, an int64 array or an object array
+        of symbolic dims such as ``[batch, seq, 12, 64]``."""
         return self.values[i] if i < len(self.values) else None
-
-    def symbolic_value(self, i: int) -> tuple[Dim, ...] | None:
-        """The value of a rank-0/1 integer input as dims, when known: from a constant, or a
-        symbolic value carried along a Shape -> Gather -> Concat chain (e.g. ``(batch, seq, 12, 64)``).
-        A rank-0 value is returned as a 1-tuple."""
-        if i < len(self.sym_values) and self.sym_values[i] is not None:
-            return self.sym_values[i]
-        v = self.value(i)
-        if v is not None and v.ndim <= 1 and v.dtype.kind in "iu":
-            return tuple(int(x) for x in v.reshape(-1))
-        return None
 
     def fresh(self, hint: str = "unk") -> Dim:
         """A new symbol for a size that depends on input values."""
@@ -182,18 +172,15 @@ def _run_rule(ctx: InferContext) -> list[Any]:
 
 def infer_types(op: MetaOp, node: str, inputs: Sequence[TensorType | None],
                 attrs: Mapping[str, Any], values: Sequence[np.ndarray | None] = (),
-                env: ShapeEnv | None = None, n_outputs: int | None = None,
-                sym_values: Sequence[tuple[Dim, ...] | None] = ()) -> list[TensorType]:
+                env: ShapeEnv | None = None, n_outputs: int | None = None) -> list[TensorType]:
     """Check a node against its meta-op and infer its output types (see the module doc).
 
-    ``values`` are the inputs' constant arrays where known; ``sym_values`` their symbolic
-    integer values (shape arithmetic) where known.
+    ``values`` are the inputs' values where known (see ``InferContext.value``).
     """
     resolved = resolve_attrs(op.name, f"(node {node})", op.attrs, attrs)
     _check_arity(op, node, len(inputs), [t is not None for t in inputs])
     vals = list(values) + [None] * (len(inputs) - len(values))
-    ctx = InferContext(op, node, list(inputs), resolved, vals, env or ShapeEnv(),
-                       sym_values=list(sym_values))
+    ctx = InferContext(op, node, list(inputs), resolved, vals, env or ShapeEnv())
     _check_dtypes(ctx)
     outs = _run_rule(ctx)
     result = []

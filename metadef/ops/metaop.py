@@ -43,8 +43,9 @@ ShapeRule = Callable[["InferContext"], Sequence[Any]]
 # expression for this node, run the reference.
 SemanticsFn = Callable[..., Union[str, tuple[str, Mapping[str, Any]], None]]
 Reference = Callable[[list[Union[np.ndarray, None]], Mapping[str, Any]], Any]
-# Old-opset forms: (opset, attrs, number of inputs) -> (new attrs, {input index: constant}).
-Adapter = Callable[[int, dict[str, Any], int], tuple[dict[str, Any], dict[int, np.ndarray]]]
+# Old-opset forms: (opset, attrs, number of inputs[, number of outputs]) ->
+# (new attrs, {input index: constant}); the fourth argument is passed when the adapter takes it.
+Adapter = Callable[..., tuple[dict[str, Any], dict[int, np.ndarray]]]
 
 SAME_AS_FIRST = "same_as_first"   # a shape rule: one output like input 0 (dtype from its type var)
 BROADCAST_ALL = "broadcast_all"   # a shape rule: numpy broadcasting of every input

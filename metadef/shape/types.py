@@ -1,6 +1,7 @@
 """Tensor types: a dtype and a symbolic shape (``None`` when even the rank is unknown).
 
 Example:
+    >>> from metadef.shape import sym
     >>> t = TensorType(FLOAT32, (sym("batch"), 3, 224, 224))
     >>> str(t)
     'f32[batch,3,224,224]'

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 import metadef as md
 from metadef.core.errors import DTypeError, MetadefError, UnsupportedOpError
@@ -101,6 +103,11 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str
     return f"{int((~close).sum())} of {w.size} elements off (max abs err {worst:.3g})"
 
 
+def _arrays(values: list[Any]) -> list[Any]:
+    """Case data as numpy: TensorProtos (float8, int4, bfloat16 data) are converted."""
+    return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
+
+
 def run_case(case: Any) -> CaseResult:
     """Import, compile and run one case on the reference backend; compare every output."""
     op = case_op(case)
@@ -110,6 +117,7 @@ def run_case(case: Any) -> CaseResult:
         graph = md.import_onnx(case.model)
         sess = md.compile(graph, target="reference")
         for inputs, outputs in case.data_sets:
+            inputs, outputs = _arrays(inputs), _arrays(outputs)
             if any(not isinstance(x, (np.ndarray, np.generic)) for x in [*inputs, *outputs]):
                 return CaseResult(case.name, op, "unsupported", "sequence or optional values")
             feeds = {spec.name: np.asarray(x) for spec, x in zip(sess.inputs, inputs)}

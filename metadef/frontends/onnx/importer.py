@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -168,8 +170,10 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     while inputs and inputs[-1] is None:
         inputs.pop()
     if op.adapt is not None:
-        attrs, extra = op.adapt(opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21),
-                                attrs, len(inputs))
+        version = opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21)
+        n_outputs = len([o for o in node.output])
+        attrs, extra = (op.adapt(version, attrs, len(inputs), n_outputs) if _takes_outputs(op.adapt)
+                        else op.adapt(version, attrs, len(inputs)))
         for idx, data in sorted(extra.items()):
             while len(inputs) < idx:
                 inputs.append(None)
@@ -188,6 +192,12 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     for n, v in zip(out_names, outs):
         if n:
             values[n] = v
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_outputs(adapt: Any) -> bool:
+    """Whether an op's adapter takes the node's output count (Split before opset 18 needs it)."""
+    return len(inspect.signature(adapt).parameters) >= 4
 
 
 def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: str | None = None) -> Graph:

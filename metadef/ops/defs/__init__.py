@@ -1,0 +1,17 @@
+"""The standard ONNX operators, one family a file. Importing this package registers them.
+
+To add an op: declare it in the file of its family with ``metaop(...)``; nothing else changes.
+"""
+
+from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
+    activation,
+    elementwise,
+    linalg,
+    nn,
+    nn_norm,
+    nn_pool,
+    nn_resize,
+    reduce,
+    tensor,
+    tensor_index,
+)
