@@ -11,7 +11,13 @@ from metadef import zoo
 from metadef.api import compile
 from metadef.core.dtypes import register_dtype
 from metadef.core.errors import (
-    DTypeError, FormatError, GraphError, InputError, MetadefError, ShapeError, UnsupportedOpError,
+    DTypeError,
+    FormatError,
+    GraphError,
+    InputError,
+    MetadefError,
+    ShapeError,
+    UnsupportedOpError,
 )
 from metadef.frontends.onnx import export_onnx, import_onnx
 from metadef.ir import Graph, Node, Value

@@ -19,7 +19,7 @@ from metadef.ir import Graph, verify
 from metadef.runtime.session import Session
 
 
-def compile(graph: Graph, target: str = "reference", **options: Any) -> Session:  # noqa: A001
+def compile(graph: Graph, target: str = "reference", **options: Any) -> Session:
     """Compile a graph for a target (``"reference"``: the numpy oracle) and return a Session.
 
     The session runs any value of the graph's symbolic dims (batch size, sequence length)

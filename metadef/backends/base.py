@@ -12,8 +12,9 @@ Example:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

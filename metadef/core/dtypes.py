@@ -216,8 +216,9 @@ def all_dtypes() -> list[DType]:
 
 
 __all__ = [
-    "BFLOAT16", "BOOL", "DType", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2", "FLOAT8E8M0", "INT2", "UINT2", "FLOAT16", "FLOAT32", "FLOAT64", "FLOAT8E4M3FN",
-    "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT_TYPES", "INT16", "INT32",
-    "INT4", "INT64", "INT8", "INT_TYPES", "UINT16", "UINT32", "UINT4", "UINT64", "UINT8",
-    "all_dtypes", "dtype", "from_numpy", "from_onnx", "register_dtype",
+    "BFLOAT16", "BOOL", "DType", "FLOAT16", "FLOAT32", "FLOAT4E2M1", "FLOAT64", "FLOAT6E2M3",
+    "FLOAT6E3M2", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0",
+    "FLOAT_TYPES", "INT16", "INT2", "INT32", "INT4", "INT64", "INT8", "INT_TYPES", "UINT16",
+    "UINT2", "UINT32", "UINT4", "UINT64", "UINT8", "all_dtypes", "dtype", "from_numpy", "from_onnx",
+    "register_dtype",
 ]

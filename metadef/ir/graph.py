@@ -20,8 +20,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class Value:
     name: str
     type: TensorType | None = None
     const: np.ndarray | None = None
-    producer: "Node | None" = field(default=None, repr=False)
+    producer: Node | None = field(default=None, repr=False)
 
     @property
     def is_const(self) -> bool:
@@ -134,7 +135,7 @@ class Graph:
         return int(sum(v.const.size for v in self.constants if v.const is not None))
 
     # --- copying -----------------------------------------------------------------------
-    def clone(self) -> "Graph":
+    def clone(self) -> Graph:
         """A structural copy: new Value and Node objects, shared constant arrays."""
         mapping: dict[int, Value] = {}
 

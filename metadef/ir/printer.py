@@ -61,11 +61,11 @@ def format_attr(value: Any, indent: str = "  ") -> str:
     return json.dumps(str(value))
 
 
-def _value_decl(v: "Value") -> str:
+def _value_decl(v: Value) -> str:
     return f"%{quote_name(v.name)}: {v.type if v.type is not None else '?'}"
 
 
-def format_node(node: "Node", indent: str = "  ") -> str:
+def format_node(node: Node, indent: str = "  ") -> str:
     """One node: ``%y: f32[b,4] = Relu(%x) {alpha=0.1} @"name"``."""
     outs = ", ".join(_value_decl(o) for o in node.outputs)
     args = ", ".join("_" if v is None else f"%{quote_name(v.name)}" for v in node.inputs)
@@ -80,14 +80,14 @@ def format_node(node: "Node", indent: str = "  ") -> str:
     return f"{outs} = {node.qualop}({args}){attrs}{name}{meta}"
 
 
-def _const_line(v: "Value") -> str:
+def _const_line(v: Value) -> str:
     data = v.const
     if data is not None and data.size <= INLINE_LIMIT and data.dtype.kind in "biuf":
         return f"{_value_decl(v)} = const {json.dumps(data.reshape(-1).tolist())}"
     return f"{_value_decl(v)} = const"
 
 
-def print_graph(graph: "Graph") -> str:
+def print_graph(graph: Graph) -> str:
     """The whole graph as text (see the module doc)."""
     ins = ", ".join(_value_decl(v) for v in graph.inputs)
     outs = ", ".join(f"%{quote_name(v.name)}" for v in graph.outputs)
@@ -99,7 +99,7 @@ def print_graph(graph: "Graph") -> str:
     return "\n".join(lines) + "\n"
 
 
-def nearby(graph: "Graph", node: "Node", radius: int = 2) -> str:
+def nearby(graph: Graph, node: Node, radius: int = 2) -> str:
     """The text of a node and its neighbours in order, for error messages."""
     idx = next((i for i, n in enumerate(graph.nodes) if n is node), None)
     if idx is None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class _Parser:
         kind, text, _ = self.peek()
         if kind == "num":
             self.i += 1
-            return float(text) if any(c in text for c in ".eEn") and text not in () else int(text)
+            return float(text) if any(c in text for c in ".eEn") else int(text)
         if kind == "str":
             self.i += 1
             return json.loads(text)

@@ -9,10 +9,25 @@ Example:
 from metadef.core.errors import UnsupportedOpError
 from metadef.ops.infer import InferContext, infer_types
 from metadef.ops.interface import (
-    REQUIRED, AttrSpec, Param, float_, floats, graph_, int_, ints, string, strings, tensor_,
+    REQUIRED,
+    AttrSpec,
+    Param,
+    float_,
+    floats,
+    graph_,
+    int_,
+    ints,
+    string,
+    strings,
+    tensor_,
 )
 from metadef.ops.metaop import (
-    BROADCAST_ALL, REGISTRY, SAME_AS_FIRST, MetaOp, Semantics, metaop,
+    BROADCAST_ALL,
+    REGISTRY,
+    SAME_AS_FIRST,
+    MetaOp,
+    Semantics,
+    metaop,
 )
 from metadef.ops.semantics import Program, parse_semantics
 from metadef.ops.strategy import Role, Strategy

@@ -14,12 +14,14 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 
-from metadef.core.dtypes import DType, dtype as lookup_dtype
+from metadef.core.dtypes import DType
+from metadef.core.dtypes import dtype as lookup_dtype
 from metadef.core.errors import DTypeError, ShapeError
 from metadef.ops.interface import Param, resolve_attrs
 from metadef.ops.metaop import BROADCAST_ALL, SAME_AS_FIRST, MetaOp

@@ -11,8 +11,9 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Param:
     type_var: str = "T"
 
     @staticmethod
-    def parse(spec: "str | Param") -> "Param":
+    def parse(spec: str | Param) -> Param:
         if isinstance(spec, Param):
             return spec
         m = _PARAM.match(spec)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,8 +42,8 @@ ShapeRule = Callable[["InferContext"], Sequence[Any]]
 # A node's semantics: text, or text (and params) from its attributes, input shapes and
 # (optionally, as a third argument) the constant values of its ``reads`` inputs; None: no
 # expression for this node, run the reference.
-SemanticsFn = Callable[..., Union[str, tuple[str, Mapping[str, Any]], None]]
-Reference = Callable[[list[Union[np.ndarray, None]], Mapping[str, Any]], Any]
+SemanticsFn = Callable[..., str | tuple[str, Mapping[str, Any]] | None]
+Reference = Callable[[list[np.ndarray | None], Mapping[str, Any]], Any]
 # Old-opset forms: (opset, attrs, number of inputs[, number of outputs]) ->
 # (new attrs, {input index: constant}); the fourth argument is passed when the adapter takes it.
 Adapter = Callable[..., tuple[dict[str, Any], dict[int, np.ndarray]]]
@@ -90,7 +91,7 @@ class Semantics:
         return parse_semantics(text), params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _takes_values(fn: Callable[..., Any]) -> bool:
     """Whether a semantics function accepts the third argument (the ``reads`` input values)."""
     try:

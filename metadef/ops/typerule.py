@@ -32,8 +32,9 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from metadef.core.dtypes import dtype as lookup_dtype
 from metadef.core.errors import DSLSyntaxError, ShapeError
@@ -95,7 +96,7 @@ class TypeRule:
     wheres: tuple[Where, ...]
     text: str
 
-    def __call__(self, ctx: "InferContext", params: Mapping[str, Any] | None = None) -> list[Any]:
+    def __call__(self, ctx: InferContext, params: Mapping[str, Any] | None = None) -> list[Any]:
         return _apply(self, ctx, dict(params or {}))
 
 
@@ -173,7 +174,7 @@ def compile_rule(text: str) -> TypeRule:
     return rule
 
 
-def _eval(text: str, names: dict[str, Any], ctx: "InferContext", rule: TypeRule) -> Dim:
+def _eval(text: str, names: dict[str, Any], ctx: InferContext, rule: TypeRule) -> Dim:
     def indexed(mm: re.Match) -> str:
         attr, idx = mm.group(1), int(mm.group(2))
         value = names.get(attr, ctx.attrs.get(attr))
@@ -189,7 +190,7 @@ def _eval(text: str, names: dict[str, Any], ctx: "InferContext", rule: TypeRule)
     return parse_dim_with(resolved, scope)
 
 
-def _bind_params(rule: TypeRule, ctx: "InferContext") -> list[tuple[Clause, str, int]]:
+def _bind_params(rule: TypeRule, ctx: InferContext) -> list[tuple[Clause, str, int]]:
     """Pair each clause with ("in"|"out", index) of the op parameter it describes."""
     params = [("in", i, p.name) for i, p in enumerate(ctx.op.inputs)]
     params += [("out", i, p.name) for i, p in enumerate(ctx.op.outputs)]
@@ -207,7 +208,7 @@ def _bind_params(rule: TypeRule, ctx: "InferContext") -> list[tuple[Clause, str,
     return pairs
 
 
-def _unify(rule: TypeRule, ctx: "InferContext", clause: Clause, shape: Sequence[Dim],
+def _unify(rule: TypeRule, ctx: InferContext, clause: Clause, shape: Sequence[Dim],
            names: dict[str, Any], where_seen: dict[str, str]) -> None:
     dims = clause.dims or ()
     fixed = [d for d in dims if not d.group]
@@ -252,7 +253,7 @@ def _fmt(dims: Sequence[Dim]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def _apply(rule: TypeRule, ctx: "InferContext", params: dict[str, Any]) -> list[Any]:
+def _apply(rule: TypeRule, ctx: InferContext, params: dict[str, Any]) -> list[Any]:
     names: dict[str, Any] = dict(params)
     where_seen: dict[str, str] = {k: "a parameter" for k in params}
     pairs = _bind_params(rule, ctx)
@@ -292,7 +293,7 @@ def _apply(rule: TypeRule, ctx: "InferContext", params: dict[str, Any]) -> list[
     return outs
 
 
-def _build(clause: Clause, names: dict[str, Any], ctx: "InferContext", rule: TypeRule) -> tuple[Dim, ...]:
+def _build(clause: Clause, names: dict[str, Any], ctx: InferContext, rule: TypeRule) -> tuple[Dim, ...]:
     out: list[Dim] = []
     for pat in clause.dims or ():
         if pat.group:

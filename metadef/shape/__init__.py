@@ -7,13 +7,34 @@ Example:
 """
 
 from metadef.shape.expr import (
-    Dim, Expr, add, ceildiv, evaluate, floordiv, free_symbols, gcd_of, is_static, max_, min_,
-    mod, mul, sub, substitute, sym,
+    Dim,
+    Expr,
+    add,
+    ceildiv,
+    evaluate,
+    floordiv,
+    free_symbols,
+    gcd_of,
+    is_static,
+    max_,
+    min_,
+    mod,
+    mul,
+    sub,
+    substitute,
+    sym,
 )
 from metadef.shape.parse import parse_dim, parse_dim_with
 from metadef.shape.relations import (
-    Decision, ShapeEnv, SymbolInfo, bind_shape, broadcast_dim, broadcast_shapes, equal,
-    evaluate_shape, format_shape,
+    Decision,
+    ShapeEnv,
+    SymbolInfo,
+    bind_shape,
+    broadcast_dim,
+    broadcast_shapes,
+    equal,
+    evaluate_shape,
+    format_shape,
 )
 from metadef.shape.types import TensorType, parse_type, scalar
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Iterable, Mapping, Union
+from collections.abc import Iterable, Mapping
 
 from metadef.core.errors import ShapeError
 
@@ -34,18 +34,19 @@ from metadef.core.errors import ShapeError
 Monomial = tuple
 Terms = tuple  # sorted tuple of (Monomial, coefficient)
 
-_intern: dict[tuple, "Expr"] = {}
+_intern: dict[tuple, Expr] = {}
+_atoms: dict[tuple, Atom] = {}
 _lock = threading.Lock()
 
 
 class Expr:
     """A canonical symbolic integer expression (interned: compare with ``is`` or ``==``)."""
 
-    __slots__ = ("terms", "_hash", "_key", "__weakref__")
+    __slots__ = ("__weakref__", "_hash", "_key", "terms")
 
     terms: Terms
 
-    def __new__(cls, terms: Terms) -> "Expr":
+    def __new__(cls, terms: Terms) -> Expr:
         key = (cls, terms)
         found = _intern.get(key)
         if found is not None:
@@ -61,35 +62,35 @@ class Expr:
         return found
 
     # --- arithmetic -----------------------------------------------------------------
-    def __add__(self, other: "Dim") -> "Dim":
+    def __add__(self, other: Dim) -> Dim:
         return add(self, other)
 
     __radd__ = __add__
 
-    def __sub__(self, other: "Dim") -> "Dim":
+    def __sub__(self, other: Dim) -> Dim:
         return sub(self, other)
 
-    def __rsub__(self, other: "Dim") -> "Dim":
+    def __rsub__(self, other: Dim) -> Dim:
         return sub(other, self)
 
-    def __mul__(self, other: "Dim") -> "Dim":
+    def __mul__(self, other: Dim) -> Dim:
         return mul(self, other)
 
     __rmul__ = __mul__
 
-    def __neg__(self) -> "Dim":
+    def __neg__(self) -> Dim:
         return mul(self, -1)
 
-    def __floordiv__(self, other: "Dim") -> "Dim":
+    def __floordiv__(self, other: Dim) -> Dim:
         return floordiv(self, other)
 
-    def __rfloordiv__(self, other: "Dim") -> "Dim":
+    def __rfloordiv__(self, other: Dim) -> Dim:
         return floordiv(other, self)
 
-    def __mod__(self, other: "Dim") -> "Dim":
+    def __mod__(self, other: Dim) -> Dim:
         return mod(self, other)
 
-    def __rmod__(self, other: "Dim") -> "Dim":
+    def __rmod__(self, other: Dim) -> Dim:
         return mod(other, self)
 
     # --- identity -------------------------------------------------------------------
@@ -134,7 +135,7 @@ class Expr:
             total += value
         return total
 
-    def substitute(self, env: Mapping[str, "Dim"]) -> "Dim":
+    def substitute(self, env: Mapping[str, Dim]) -> Dim:
         """Replace symbols by dims (ints or expressions) and re-simplify."""
         total: Dim = 0
         for mono, coef in self.terms:
@@ -146,7 +147,7 @@ class Expr:
             total = add(total, value)
         return total
 
-    def as_atom(self) -> "Atom | None":
+    def as_atom(self) -> Atom | None:
         """The atom if this expression is exactly one atom with coefficient 1."""
         if len(self.terms) == 1:
             mono, coef = self.terms[0]
@@ -155,26 +156,25 @@ class Expr:
         return None
 
 
-Dim = Union[int, Expr]
+Dim = int | Expr
 
 
 class Atom:
     """A leaf of the polynomial form: a symbol or an opaque integer function."""
 
-    __slots__ = ("key", "_hash", "_order", "__weakref__")
-    _atoms: dict[tuple, "Atom"] = {}
+    __slots__ = ("__weakref__", "_hash", "_order", "key")
 
-    def __new__(cls, key: tuple) -> "Atom":
-        found = Atom._atoms.get(key)
+    def __new__(cls, key: tuple) -> Atom:
+        found = _atoms.get(key)
         if found is None:
             with _lock:
-                found = Atom._atoms.get(key)
+                found = _atoms.get(key)
                 if found is None:
                     found = object.__new__(cls)
                     found.key = key
                     found._hash = hash(key)
                     found._order = None
-                    Atom._atoms[key] = found
+                    _atoms[key] = found
         return found
 
     def __eq__(self, other: object) -> bool:
@@ -186,7 +186,7 @@ class Atom:
     def __reduce__(self) -> tuple:
         return (Atom, (self.key,))
 
-    def __lt__(self, other: "Atom") -> bool:
+    def __lt__(self, other: Atom) -> bool:
         return self.order() < other.order()
 
     def order(self) -> tuple:

@@ -20,8 +20,8 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Callable, Mapping
 
 from metadef.core.errors import DSLSyntaxError
 from metadef.shape.expr import (

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from metadef.core.errors import ShapeError
 from metadef.shape.expr import Dim, Expr, evaluate, free_symbols, max_, sub, sym
@@ -34,7 +34,7 @@ class Decision(enum.Enum):
         return self is Decision.TRUE
 
     @staticmethod
-    def of(value: bool) -> "Decision":
+    def of(value: bool) -> Decision:
         return Decision.TRUE if value else Decision.FALSE
 
 

@@ -12,8 +12,8 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from metadef.core.dtypes import FLOAT32, DType, dtype
 from metadef.core.errors import DSLSyntaxError
@@ -49,10 +49,10 @@ class TensorType:
             out |= free_symbols(d)
         return out
 
-    def with_shape(self, shape: Sequence[Dim] | None) -> "TensorType":
+    def with_shape(self, shape: Sequence[Dim] | None) -> TensorType:
         return TensorType(self.dtype, None if shape is None else tuple(shape))
 
-    def with_dtype(self, dt: DType) -> "TensorType":
+    def with_dtype(self, dt: DType) -> TensorType:
         return TensorType(dt, self.shape)
 
     def __str__(self) -> str:

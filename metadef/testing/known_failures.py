@@ -1,7 +1,35 @@
-"""Node test cases that metadef is known to fail, each with its reason.
+"""Node test cases that metadef is known not to pass, each with its reason.
 
-The conformance test requires every case of every supported op to pass or be listed here.
-Keep the reasons honest and specific; remove an entry as soon as the case passes.
+The conformance test requires every case of every op of the Foundation's op list to pass or
+be listed here. Keep the reasons honest and specific; remove an entry as soon as the case
+passes.
 """
 
-KNOWN_FAILURES: dict[str, str] = {}
+_TRAINING_BN = ("BatchNormalization with training_mode=1 computes batch statistics and updates the "
+                "running ones; metadef compiles inference graphs (export the model in eval mode)")
+_TRAINING_DROPOUT = ("Dropout with training_mode=true is random; metadef runs inference only (the case's "
+                     "expected output comes from one particular random mask)")
+_STRING = "string tensors: metadef compiles numeric graphs (tokenize outside the model)"
+_NOT_TENSOR = "the graph input is a sequence or an optional, not a tensor: not supported yet (issue 7)"
+_LOOP = "the expanded form of Range uses Loop, which is control flow (issue 7)"
+_E8M0 = ("casting to float8e8m0 with round_mode rounds on exponent bits; ml_dtypes' conversion "
+         "does not implement round_mode, and no exact vectorized formulation is written yet")
+
+KNOWN_FAILURES: dict[str, str] = {
+    "test_batchnorm_example_training_mode": _TRAINING_BN,
+    "test_batchnorm_epsilon_training_mode": _TRAINING_BN,
+    "test_training_dropout": _TRAINING_DROPOUT,
+    "test_training_dropout_mask": _TRAINING_DROPOUT,
+    "test_training_dropout_default": _TRAINING_DROPOUT,
+    "test_training_dropout_default_mask": _TRAINING_DROPOUT,
+    "test_equal_string": _STRING,
+    "test_equal_string_broadcast": _STRING,
+    "test_identity_sequence": _NOT_TENSOR,
+    "test_identity_opt": _NOT_TENSOR,
+    "test_range_float_type_positive_delta_expanded": _LOOP,
+    "test_range_float16_type_positive_delta_expanded": _LOOP,
+    "test_range_bfloat16_type_positive_delta_expanded": _LOOP,
+    "test_range_int32_type_negative_delta_expanded": _LOOP,
+    "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": _E8M0,
+    "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": _E8M0,
+}

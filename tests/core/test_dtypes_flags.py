@@ -27,11 +27,11 @@ def test_names_and_short_names():
 
 
 def test_strings_are_rejected_with_advice():
-    with pytest.raises(DTypeError, match="string tensors are not supported.*integer ids"):
+    with pytest.raises(DTypeError, match=r"string tensors are not supported.*integer ids"):
         dt.dtype("string")
     with pytest.raises(DTypeError, match="string"):
         dt.from_onnx(onnx.TensorProto.STRING)
-    with pytest.raises(DTypeError, match="unknown dtype 'f33'.*register_dtype"):
+    with pytest.raises(DTypeError, match=r"unknown dtype 'f33'.*register_dtype"):
         dt.dtype("f33")
 
 

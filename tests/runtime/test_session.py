@@ -60,10 +60,10 @@ def test_symbol_constraints_are_checked():
     g.env.constrain("seq", hi=4)
     sess = md.compile(g)
     big = np.ones((1, 5), np.float32)
-    with pytest.raises(InputError, match="seq=5 is above its maximum 4"):
+    with pytest.raises(InputError, match=r"seq=5 is above its maximum 4"):
         sess.run({"a": big, "b": big})
 
 
 def test_unknown_target_lists_the_available_ones():
-    with pytest.raises(md.MetadefError, match="unknown target 'tpu'; available targets: .*reference"):
+    with pytest.raises(md.MetadefError, match=r"unknown target 'tpu'; available targets: .*reference"):
         md.compile(parse_graph(TEXT), target="tpu")

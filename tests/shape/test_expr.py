@@ -8,8 +8,22 @@ from hypothesis import strategies as st
 
 from metadef.core.errors import ShapeError
 from metadef.shape import (
-    Decision, ShapeEnv, add, bind_shape, broadcast_dim, broadcast_shapes, ceildiv, equal,
-    floordiv, max_, min_, mod, mul, parse_dim, sub, sym,
+    Decision,
+    ShapeEnv,
+    add,
+    bind_shape,
+    broadcast_dim,
+    broadcast_shapes,
+    ceildiv,
+    equal,
+    floordiv,
+    max_,
+    min_,
+    mod,
+    mul,
+    parse_dim,
+    sub,
+    sym,
 )
 
 b, s = sym("batch"), sym("seq")
@@ -92,7 +106,7 @@ def _combine(children):
 
 
 exprs = st.recursive(leaf, _combine, max_leaves=8)
-env_values = st.fixed_dictionaries({"batch": st.integers(0, 9), "seq": st.integers(0, 9), "h": st.integers(0, 9)})
+env_values = st.fixed_dictionaries({n: st.integers(0, 9) for n in ("batch", "seq", "h")})
 
 _PY = {
     "add": lambda a, c: a + c, "sub": lambda a, c: a - c, "mul": lambda a, c: a * c,
@@ -112,11 +126,10 @@ def _build(tree, env):
     op, left, right = tree
     lsym, lval = _build(left, env) or (None, None)
     rsym, rval = _build(right, env) or (None, None)
-    if lsym is None and lval is None or rsym is None and rval is None:
+    if (lsym is None and lval is None) or (rsym is None and rval is None):
         return None
-    if op in ("floordiv", "ceildiv", "mod"):
-        if not isinstance(rsym, int) or rsym <= 0:
-            return None
+    if op in ("floordiv", "ceildiv", "mod") and (not isinstance(rsym, int) or rsym <= 0):
+        return None
     return _SYM[op](lsym, rsym), _PY[op](lval, rval)
 
 

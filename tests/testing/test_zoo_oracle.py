@@ -16,7 +16,7 @@ RUNS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(name):
     proto = md.zoo.build(name)
     return proto, md.import_onnx(proto, name=name)

@@ -204,8 +204,8 @@ def strided_view(array: np.ndarray, access: Access, ranges: Mapping[str, int], p
     base = array[tuple(origin)]
     # as_strided goes through __array_interface__, whose typestr ('<f1') numpy cannot read back
     # for ml_dtypes' float8 types: stride over same-sized unsigned ints, then view back.
-    raw = base.view(f"u{base.itemsize}") if base.dtype.kind == "V" or base.dtype.str[1] == "f" \
-        and base.dtype.itemsize == 1 else base
+    raw = base.view(f"u{base.itemsize}") if base.dtype.kind == "V" or (base.dtype.str[1] == "f" \
+        and base.dtype.itemsize == 1) else base
     view = np.lib.stride_tricks.as_strided(raw, shape, tuple(strides[lab] for lab in labels),
                                            writeable=False)
     return Labelled(view.view(base.dtype) if raw is not base else view, labels)

@@ -29,7 +29,7 @@ from onnx import numpy_helper
 from metadef.core.dtypes import from_onnx
 from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
 from metadef.ir import Graph, GraphBuilder, Value
-from metadef.ops import REGISTRY, REGISTER_HINT, get_op
+from metadef.ops import REGISTER_HINT, REGISTRY, get_op
 from metadef.shape import Dim, ShapeEnv, TensorType
 
 _CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -194,7 +194,7 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
             values[n] = v
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _takes_outputs(adapt: Any) -> bool:
     """Whether an op's adapter takes the node's output count (Split before opset 18 needs it)."""
     return len(inspect.signature(adapt).parameters) >= 4
