@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import metadef as md
 from metadef.shape import floordiv, sym

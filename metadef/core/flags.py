@@ -54,9 +54,11 @@ DEBUG: Flag[bool] = Flag("METADEF_DEBUG", lambda: False, _parse_bool,
                          "log every fusion and compile decision")
 VERIFY: Flag[bool] = Flag("METADEF_VERIFY", lambda: False, _parse_bool,
                           "run the IR verifier after every pass")
+STRICT_SHAPES: Flag[bool] = Flag("METADEF_STRICT_SHAPES", lambda: False, _parse_bool,
+                                 "treat suspicious but valid shapes (a Slice end past its dim) as errors")
 CACHE_DIR: Flag[Path] = Flag("METADEF_CACHE_DIR", _default_cache_dir, lambda _n, t: Path(t),
                              "where compiled code is cached on disk")
 
-ALL_FLAGS = (DEBUG, VERIFY, CACHE_DIR)
+ALL_FLAGS = (DEBUG, VERIFY, STRICT_SHAPES, CACHE_DIR)
 
-__all__ = ["ALL_FLAGS", "CACHE_DIR", "DEBUG", "Flag", "VERIFY"]
+__all__ = ["ALL_FLAGS", "CACHE_DIR", "DEBUG", "Flag", "STRICT_SHAPES", "VERIFY"]

@@ -14,18 +14,22 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 
+from metadef.core import flags
 from metadef.core.dtypes import DType
 from metadef.core.dtypes import dtype as lookup_dtype
 from metadef.core.errors import DTypeError, ShapeError
 from metadef.ops.interface import Param, resolve_attrs
 from metadef.ops.metaop import BROADCAST_ALL, SAME_AS_FIRST, MetaOp
 from metadef.shape import Dim, ShapeEnv, TensorType, broadcast_shapes, format_shape
+
+log = logging.getLogger("metadef.shape")
 
 
 def _short_attrs(attrs: Mapping[str, Any]) -> str:
@@ -99,6 +103,14 @@ class InferContext:
         shapes = ", ".join("none" if t is None else str(t) for t in self.inputs)
         return (f"op {self.op.name} (node {self.node}): inputs [{shapes}], "
                 f"attrs {_short_attrs(self.attrs)}")
+
+    def note(self, constraint: str, hint: str = "") -> None:
+        """A shape that is valid but suspicious: logged as a warning that names the node, or,
+        under ``METADEF_STRICT_SHAPES=1``, raised like ``fail``."""
+        if flags.STRICT_SHAPES.get():
+            self.fail(constraint, (hint + "; " if hint else "") + "unset METADEF_STRICT_SHAPES to accept it")
+        tail = f" ({hint})" if hint else ""
+        log.warning("%s: %s%s", self.describe(), constraint, tail)
 
     def fail(self, constraint: str, hint: str = "") -> NoReturn:
         """Raise a ShapeError that names the node, its inputs, its attributes and ``constraint``."""

@@ -138,8 +138,21 @@ def _slice_rule(ctx: InferContext) -> list[Any]:
         if starts is None or ends is None or steps is None:
             out[a] = ctx.fresh("slice")
         else:
+            _note_out_of_range(ctx, a, s[a], starts[k], ends[k])
             out[a] = _slice_dim(ctx, s[a], starts[k], ends[k], steps[k])
     return [tuple(out)]
+
+
+def _note_out_of_range(ctx: InferContext, axis: int, dim: Dim, start: Dim, end: Dim) -> None:
+    """A bound past a static dim (other than the "to the end" sentinels exporters use) is
+    clamped as ONNX says, but it is usually a bug in the model: say so (an error under
+    METADEF_STRICT_SHAPES=1)."""
+    if not isinstance(dim, int):
+        return
+    for what, v in (("start", start), ("end", end)):
+        if isinstance(v, int) and dim < abs(v) < TO_END and not (v < 0 and what == "end" and v == -dim - 1):
+            ctx.note(f"{what} {v} exceeds dim {axis} ({dim})",
+                     hint=f"ONNX clamps it to {'0' if v < 0 else dim}")
 
 
 def _slice_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:

@@ -495,3 +495,24 @@ def test_conformance():
 
     report = run_cases(op=TENSOR_OPS)
     assert not report.failures(), format_report(report)
+
+
+def test_slice_end_beyond_a_dim_is_named_and_strict_mode_refuses_it(monkeypatch, caplog):
+    import numpy as np
+
+    from metadef.core.errors import ShapeError
+    from metadef.ops import get_op, infer_types
+    from metadef.shape import parse_type
+
+    types = [parse_type("f32[batch,256,256]"), parse_type("i64[1]"), parse_type("i64[1]"), parse_type("i64[1]")]
+    values = [None, np.array([0]), np.array([300]), np.array([2])]
+    with caplog.at_level("WARNING", logger="metadef.shape"):
+        out, = infer_types(get_op("Slice"), "/enc/Slice_3", types, {}, values)
+    assert str(out) == "f32[batch,256,256]"
+    assert "op Slice (node /enc/Slice_3)" in caplog.text and "end 300 exceeds dim 2 (256)" in caplog.text
+    monkeypatch.setenv("METADEF_STRICT_SHAPES", "1")
+    with pytest.raises(ShapeError) as e:
+        infer_types(get_op("Slice"), "/enc/Slice_3", types, {}, values)
+    assert str(e.value).startswith(
+        "Cannot infer output shape for op Slice (node /enc/Slice_3): inputs [f32[batch,256,256], i64[1], "
+        "i64[1], i64[1]], attrs {}: end 300 exceeds dim 2 (256)")
