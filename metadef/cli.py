@@ -211,7 +211,7 @@ def demo(models: tuple[str, ...]) -> None:
         for v in graph.outputs:
             console.print(f"  output {v.name}: {v.type}", markup=False)
         table = Table("dims", "output", "shape", "|err| vs ORT", "vs exact: ours / ORT",
-                      "metadef ms", "ORT ms", "match")
+                      "metadef ms (run)", "ORT ms (session + run)", "match")
         for dims in _demo_runs(name):
             feeds = md.zoo.describe(name).example_inputs(**dims)
             check = compare_with_onnxruntime(proto, feeds, graph=graph)
