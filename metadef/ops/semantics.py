@@ -1,6 +1,6 @@
 """Semantic index expressions: what an operator computes, written once as a comprehension.
 
-The numpy reference evaluator (``metadef.backends.reference.evaluate``) and the code generator
+The numpy reference evaluator (``metadef.ops.numpy_eval.evaluate``) and the code generator
 both read the immutable tree that :func:`parse_semantics` builds, so they cannot disagree.
 
 Example:

@@ -13,33 +13,19 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from metadef.backends.reference.evaluate import evaluate
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import Graph, Node, format_node
 from metadef.ops import MetaOp, infer_types
 from metadef.ops.interface import resolve_attrs
+from metadef.ops.numpy_eval import run_node, tensor_names
 from metadef.shape import TensorType, evaluate_shape
-
-
-def tensor_names(op: MetaOp, count: int, outputs: bool = False) -> list[str]:
-    """The names a node's tensors take in the op's semantics: the parameter names, with
-    ``name_0, name_1, ...`` for a variadic parameter."""
-    params = op.outputs if outputs else op.inputs
-    names: list[str] = []
-    for i in range(count):
-        if i < len(params) and not params[i].variadic:
-            names.append(params[i].name)
-        else:
-            var = params[-1]
-            names.append(f"{var.name}_{i - (len(params) - 1)}")
-    return names
 
 
 @dataclass
@@ -49,36 +35,6 @@ class _Step:
     attrs: dict[str, Any]
     in_ids: list[int | None]
     out_ids: list[int]
-
-
-def run_node(op: MetaOp, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray | None],
-             out_types: Sequence[TensorType], node: str = "") -> list[np.ndarray]:
-    """Run one node on concrete arrays (attrs already resolved with defaults).
-
-    ``out_types`` are the node's output types with concrete shapes (or None dims where they
-    depend on values). Used by the interpreter and by constant folding.
-    """
-    out_dtypes = [t.dtype.numpy for t in out_types]
-    shapes = [None if a is None else a.shape for a in inputs]
-    values = [a if i in op.reads else None for i, a in enumerate(inputs)]
-    instance = op.semantics.instantiate(attrs, shapes, values)
-    if instance is None:
-        result = op.semantics.reference(list(inputs), attrs)
-        outs = list(result) if isinstance(result, (tuple, list)) else [result]
-    else:
-        program, params = instance
-        names = tensor_names(op, len(inputs))
-        tensors = {n: a for n, a in zip(names, inputs) if a is not None}
-        out_names = tensor_names(op, len(out_types), outputs=True)
-        out_shapes = {n: tuple(t.shape) for n, t in zip(out_names, out_types)
-                      if t.shape is not None and all(isinstance(d, int) for d in t.shape)}
-        got = evaluate(program, tensors, params, out_shapes,
-                       {n: d for n, d in zip(out_names, out_dtypes)})
-        outs = [got[n] for n in out_names]
-    if len(outs) < len(out_types):
-        raise BackendError(f"{op.name} node {node}: its reference gave {len(outs)} outputs, "
-                           f"{len(out_types)} expected")
-    return [np.asarray(o).astype(d, copy=False) for o, d in zip(outs, out_dtypes)]
 
 
 class ReferenceExecutable:

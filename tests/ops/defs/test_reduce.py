@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import metadef as md
-from metadef.backends.reference.evaluate import evaluate
 from metadef.core.errors import AttributeError_, ShapeError
 from metadef.ops import get_op, infer_types
 from metadef.ops.defs.reduce import reduce_expression, reduce_reference
+from metadef.ops.numpy_eval.evaluate import evaluate
 from metadef.shape import parse_type
 
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",

@@ -20,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from metadef.backends.reference.labelled import ML_FLOATS
+from metadef.ops.numpy_eval.labelled import ML_FLOATS
 from metadef.ops.semantics import CAST_DTYPE_NAMES
 
 _ERF_SERIES_TERMS = 80

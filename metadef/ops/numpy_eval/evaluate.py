@@ -26,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from metadef.backends.reference.functions import (
+from metadef.core.errors import MetadefError, SemanticsError
+from metadef.ops.numpy_eval.functions import (
     binary_operators,
     functions,
     numpy_dtype,
     unary_operators,
 )
-from metadef.backends.reference.labelled import (
+from metadef.ops.numpy_eval.labelled import (
     ML_FLOATS,
     Labelled,
     Params,
@@ -44,8 +45,7 @@ from metadef.backends.reference.labelled import (
     strided_view,
     union_labels,
 )
-from metadef.backends.reference.ranges import infer_ranges
-from metadef.core.errors import MetadefError, SemanticsError
+from metadef.ops.numpy_eval.ranges import infer_ranges
 from metadef.ops.semantics import (
     Access,
     Affine,

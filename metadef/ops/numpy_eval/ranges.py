@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metadef.backends.reference.labelled import Params, ellipsis_label, linear_form
 from metadef.core.errors import SemanticsError
+from metadef.ops.numpy_eval.labelled import Params, ellipsis_label, linear_form
 from metadef.ops.semantics import ELLIPSIS, Access, Affine, Reduce, Statement, Var
 
 

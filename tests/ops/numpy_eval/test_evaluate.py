@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadef.backends.reference.evaluate import evaluate, functions
-from metadef.backends.reference.functions import erf
 from metadef.core.errors import SemanticsError
+from metadef.ops.numpy_eval.evaluate import evaluate, functions
+from metadef.ops.numpy_eval.functions import erf
 from metadef.ops.semantics import ACCESS_FUNCTIONS, FUNCTION_ARITIES
 
 CONV = "Y[n,k,p,q] = B[k] + sum[c,r,s] X[n,c,p*sh+r*dh-pt,q*sw+s*dw-pl] * W[k,c,r,s]"
