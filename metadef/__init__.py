@@ -8,7 +8,7 @@ Example:
 """
 
 from metadef import zoo
-from metadef.api import compile
+from metadef.api import compile, load, optimize, save
 from metadef.core.dtypes import register_dtype
 from metadef.core.errors import (
     DTypeError,
@@ -22,12 +22,13 @@ from metadef.core.errors import (
 from metadef.frontends.onnx import export_onnx, import_onnx
 from metadef.ir import Graph, Node, Value
 from metadef.ops import metaop
+from metadef.runtime.model import Model
 from metadef.runtime.session import Session
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DTypeError", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Node",
+    "DTypeError", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Model", "Node",
     "Session", "ShapeError", "UnsupportedOpError", "Value", "__version__", "compile",
-    "export_onnx", "import_onnx", "metaop", "register_dtype", "zoo",
+    "export_onnx", "import_onnx", "load", "metaop", "optimize", "register_dtype", "save", "zoo",
 ]

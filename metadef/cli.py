@@ -23,7 +23,11 @@ from rich.markup import escape
 from rich.table import Table
 
 import metadef as md
+from metadef.analysis import find_repeats, lower_bound
 from metadef.core.errors import MetadefError
+from metadef.passes import LEVELS
+from metadef.passes.fuse_groups import group_summary
+from metadef.rewrite import DecisionLog
 from metadef.testing.conformance import format_report, run_cases
 from metadef.testing.opdocs import write_ops_doc
 from metadef.testing.oracle import compare_with_onnxruntime
@@ -96,17 +100,31 @@ def _load_graph(path: str) -> md.Graph:
     return md.import_onnx(path)
 
 
-@main.command()
-@click.argument("model")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-@click.option("--graph", "show_graph", is_flag=True, help="print the whole graph in text form")
-def inspect(model: str, as_json: bool, show_graph: bool) -> None:
-    """Ops, symbolic shapes and parameters of a model (an .onnx file or a zoo name).
+def optimizer_options(fn: Any) -> Any:
+    """The options every command that optimizes shares."""
+    fn = click.option("--debug-log", type=click.Path(dir_okay=False, path_type=Path),
+                      help="write every optimizer decision as JSON lines to this file")(fn)
+    fn = click.option("--disable-rule", "disable_rules", multiple=True, metavar="RULE",
+                      help="do not apply this rewrite or fusion rule (repeatable)")(fn)
+    fn = click.option("--no-fuse", "no_fuse", multiple=True, metavar="NAME_OR_GLOB",
+                      help="exclude matching nodes from fusion (repeatable)")(fn)
+    fn = click.option("--optimize", "level", type=click.Choice(LEVELS), default=None,
+                      help="optimization level (default: none)")(fn)
+    return fn
 
-    Example: metadef inspect resnet50.onnx
-    """
-    g = _load_graph(model)
-    info = {
+
+def _optimized(graph: md.Graph, level: str | None, no_fuse: tuple[str, ...], disable_rules: tuple[str, ...],
+               debug_log: Path | None, log: DecisionLog) -> md.Graph:
+    if level is None:
+        if no_fuse or disable_rules or debug_log:
+            raise click.BadParameter("--no-fuse, --disable-rule and --debug-log need --optimize LEVEL")
+        return graph
+    return md.optimize(graph, level=level, no_fuse=no_fuse, disable_rules=disable_rules, log=log,
+                       debug_log=debug_log)
+
+
+def _inspect_info(g: md.Graph) -> dict[str, Any]:
+    return {
         "name": g.name,
         "inputs": [{"name": v.name, "type": str(v.type)} for v in g.inputs],
         "outputs": [{"name": v.name, "type": str(v.type)} for v in g.outputs],
@@ -116,13 +134,50 @@ def inspect(model: str, as_json: bool, show_graph: bool) -> None:
         "parameter_bytes": int(sum(v.const.nbytes for v in g.constants)),
         "symbols": sorted(g.env.symbols),
     }
+
+
+def _example_bindings(g: md.Graph) -> dict[str, int]:
+    return {s: (128 if s == "seq" else 1) for s in g.env.symbols}
+
+
+@main.command()
+@click.argument("model")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--graph", "show_graph", is_flag=True, help="print the whole graph in text form")
+@optimizer_options
+def inspect(model: str, as_json: bool, show_graph: bool, level: str | None, no_fuse: tuple[str, ...],
+            disable_rules: tuple[str, ...], debug_log: Path | None) -> None:
+    """Ops, symbolic shapes and parameters of a model (an .onnx file or a zoo name); with
+    --optimize, the optimized graph: op counts before and after, fused groups, repeated
+    subgraphs, the live-memory lower bound and the optimizer's decisions (METADEF_DEBUG=1).
+
+    Example: metadef inspect resnet50.onnx --optimize aggressive --no-fuse '/layer1/*'
+    """
+    before = _load_graph(model)
+    log = DecisionLog()
+    g = _optimized(before, level, no_fuse, disable_rules, debug_log, log)
+    info = _inspect_info(g)
+    if level is not None:
+        bindings = _example_bindings(g)
+        info["level"] = level
+        info["ops_before"] = before.op_counts()
+        info["fused_groups"] = [{"node": n, "kind": k, "members": m} for n, k, m in group_summary(g)]
+        info["repeats"] = [{"count": r.count, "nodes": r.size,
+                            "instances": [i.scope for i in r.instances]} for r in find_repeats(g)]
+        info["live_memory_lower_bound"] = {"bindings": bindings, "bytes": lower_bound(g, bindings),
+                                           "symbolic": str(lower_bound(g))}
+        info["decisions"] = {"taken": len(log.taken()), "refused": len(log.refused())}
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(info, indent=2, default=str))
         return
     if show_graph:
         click.echo(str(g))
         return
-    console.print(f"[bold]{g.name}[/]: {info['nodes']} nodes, {info['parameters']:,} parameters "
+    _print_inspect(g, info, log)
+
+
+def _print_inspect(g: md.Graph, info: dict[str, Any], log: DecisionLog) -> None:
+    console.print(f"[bold]{escape(g.name)}[/]: {info['nodes']} nodes, {info['parameters']:,} parameters "
                   f"({info['parameter_bytes'] / 1e6:.1f} MB), symbols: {', '.join(info['symbols']) or 'none'}")
     io = Table("", "name", "type")
     for v in g.inputs:
@@ -130,10 +185,34 @@ def inspect(model: str, as_json: bool, show_graph: bool) -> None:
     for v in g.outputs:
         io.add_row("output", escape(v.name), escape(str(v.type)))
     console.print(io)
-    ops = Table("op", "count")
-    for op, n in info["ops"].items():
-        ops.add_row(op, str(n))
+    before = info.get("ops_before")
+    ops = Table("op", "count") if before is None else Table("op", "before", "after")
+    for op in sorted(set(info["ops"]) | set(before or {}), key=lambda o: -(info["ops"].get(o, 0))):
+        if before is None:
+            ops.add_row(escape(op), str(info["ops"][op]))
+        else:
+            ops.add_row(escape(op), str(before.get(op, 0)), str(info["ops"].get(op, 0)))
     console.print(ops)
+    if before is None:
+        return
+    console.print(f"optimized at [bold]{info['level']}[/]: {sum(before.values())} -> {info['nodes']} nodes; "
+                  f"{len(log.taken())} rewrites taken, {len(log.refused())} refused")
+    kinds: dict[str, int] = {}
+    for grp in info["fused_groups"]:
+        kinds[grp["kind"]] = kinds.get(grp["kind"], 0) + 1
+    if kinds:
+        console.print("fused groups: " + ", ".join(f"{n} x {escape(k)}" for k, n in sorted(kinds.items())))
+    for r in info["repeats"]:
+        console.print(f"repeated subgraph: {r['count']} x {r['nodes']} nodes "
+                      f"({escape(r['instances'][0])} ... {escape(r['instances'][-1])})")
+    lb = info["live_memory_lower_bound"]
+    console.print(f"live-memory lower bound: {lb['bytes'] / 2**20:.2f} MiB at "
+                  f"{', '.join(f'{k}={v}' for k, v in lb['bindings'].items())} "
+                  f"(symbolic: {escape(lb['symbolic'])} bytes)")
+    for d in log.refused()[:20]:
+        console.print(f"  {escape(d.line())}", highlight=False)
+    if len(log.refused()) > 20:
+        console.print(f"  ... {len(log.refused()) - 20} more refusals (METADEF_DEBUG=1 or --debug-log lists all)")
 
 
 def _parse_inputs(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -157,12 +236,14 @@ def _parse_inputs(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="save each output as NAME.npy here")
 @click.option("--batch", default=1, show_default=True, help="batch of the example inputs (zoo models)")
-def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | None, batch: int) -> None:
+@optimizer_options
+def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | None, batch: int,
+        level: str | None, no_fuse: tuple[str, ...], disable_rules: tuple[str, ...], debug_log: Path | None) -> None:
     """Run a model on inputs from .npy files and print (or save) its outputs.
 
-    Example: metadef run mlp.onnx --input x=x.npy -o out/
+    Example: metadef run mlp.onnx --input x=x.npy -o out/ --optimize aggressive
     """
-    g = _load_graph(model)
+    g = _optimized(_load_graph(model), level, no_fuse, disable_rules, debug_log, DecisionLog())
     feeds = _parse_inputs(inputs)
     if not feeds and model in md.zoo.names():
         feeds = md.zoo.describe(model).example_inputs(batch=batch)

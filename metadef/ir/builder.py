@@ -24,9 +24,8 @@ import numpy as np
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import GraphError
 from metadef.ir.graph import Graph, Node, Value
-from metadef.ops import MetaOp, get_op, infer_types
-from metadef.ops.defs.shape_values import SHAPE_VALUE_RULES, ShapeValue, constant_value, value_array
-from metadef.ops.interface import resolve_attrs
+from metadef.ir.values import ShapeValues
+from metadef.ops import get_op, infer_types
 from metadef.shape import ShapeEnv, TensorType
 
 
@@ -45,8 +44,7 @@ class GraphBuilder:
         self.infer = infer
         self.metadata: dict[str, Any] = {}
         self._names: set[str] = set()
-        # Symbolic values of shape-like tensors seen so far (id of the Value -> its elements).
-        self.shape_values: dict[int, ShapeValue] = {}
+        self.shape_values = ShapeValues()
         self._counter = 0
 
     def _unique(self, hint: str) -> str:
@@ -94,43 +92,16 @@ class GraphBuilder:
             out_names = [self._unique(n) for n in outputs]
         if types is None and self.infer:
             in_types = [None if v is None else v.type for v in inputs]
-            values = [self._known_value(v) for v in inputs]
+            values = [self.shape_values.known(v) for v in inputs]
             types = infer_types(meta, node_name, in_types, attrs, values, self.env, len(out_names))
         outs = tuple(Value(n, None if types is None else types[i]) for i, n in enumerate(out_names))
         if types is not None and self.infer:
-            self._propagate_value(meta, inputs, attrs, outs)
+            self.shape_values.record(meta, inputs, attrs, outs)
         node = Node(op, tuple(inputs), outs, attrs, node_name, domain)
         for o in outs:
             o.producer = node
         self.nodes.append(node)
         return outs
-
-    def _known_value(self, v: Value | None) -> np.ndarray | None:
-        """What inference may read of an input's value: its constant, or its symbolic value
-        (shape arithmetic such as ``(batch, seq, 12, 64)``) as an int64 or object array."""
-        if v is None:
-            return None
-        if v.const is not None:
-            return v.const
-        sv = self.shape_values.get(id(v))
-        if sv is None:
-            return None
-        return value_array(sv, v.type.shape if v.type is not None else None)
-
-    def _propagate_value(self, meta: MetaOp, inputs: Sequence[Value | None], attrs: dict[str, Any],
-                         outs: tuple[Value, ...]) -> None:
-        """Record the symbolic value of a shape-like output, through the op's value rule."""
-        rule = SHAPE_VALUE_RULES.get(meta.name) if meta.domain in ("", "ai.onnx") else None
-        if rule is None or len(outs) != 1 or outs[0].type is None or not outs[0].type.is_static:
-            return
-        known = [None if v is None else (constant_value(v.const) if v.const is not None
-                                         else self.shape_values.get(id(v))) for v in inputs]
-        if all(k is None for k in known) and meta.name not in ("Shape", "Size"):
-            return
-        resolved = resolve_attrs(meta.name, f"(node {meta.name})", meta.attrs, attrs)
-        value = rule(known, [None if v is None else v.type for v in inputs], resolved)
-        if value is not None:
-            self.shape_values[id(outs[0])] = value
 
     def output(self, *values: Value) -> None:
         """Mark values as graph outputs, in order."""

@@ -152,8 +152,9 @@ class Graph:
         constants = [copy(v) for v in self.constants]
         nodes = []
         for n in self.nodes:
+            attrs = {k: v.clone() if isinstance(v, Graph) else v for k, v in n.attrs.items()}
             new = Node(n.op, tuple(copy(v) for v in n.inputs), tuple(copy(v) for v in n.outputs),
-                       dict(n.attrs), n.name, n.domain, dict(n.meta))
+                       attrs, n.name, n.domain, dict(n.meta))
             for o in new.outputs:
                 o.producer = new
             nodes.append(new)

@@ -18,8 +18,10 @@ from __future__ import annotations
 from metadef.core.errors import GraphError, MetadefError
 from metadef.ir.graph import Graph
 from metadef.ir.printer import format_node
+from metadef.ir.values import ShapeValues
 from metadef.ops import infer_types
 from metadef.ops.interface import resolve_attrs
+from metadef.shape import ShapeEnv
 
 
 def problems(graph: Graph, *, types: bool = False) -> list[str]:
@@ -43,6 +45,8 @@ def problems(graph: Graph, *, types: bool = False) -> list[str]:
         if v.const is None:
             found.append(f"constant %{v.name} has no data")
     node_names: set[str] = set()
+    tracked = ShapeValues()
+    scratch = ShapeEnv(dict(graph.env.symbols))  # fresh symbols of re-inference stay out of the graph
     for node in graph.nodes:
         where = f"node {node.name} ({node.qualop})"
         if node.name and node.name in node_names:
@@ -56,8 +60,8 @@ def problems(graph: Graph, *, types: bool = False) -> list[str]:
             resolve_attrs(meta.name, f"(node {node.name})", meta.attrs, node.attrs)
             if types:
                 got = infer_types(meta, node.name, [None if v is None else v.type for v in node.inputs],
-                                  node.attrs, [None if v is None else v.const for v in node.inputs],
-                                  graph.env, len(node.outputs))
+                                  node.attrs, [tracked.known(v) for v in node.inputs], scratch, len(node.outputs))
+                tracked.record(meta, node.inputs, node.attrs, node.outputs)
                 for o, t in zip(node.outputs, got):
                     if o.type is not None and str(o.type) != str(t):
                         found.append(f"{where}: output %{o.name} is recorded as {o.type} "

@@ -43,8 +43,9 @@ Built = Value | Sequence[Value] | Refusal | None
 
 @dataclass(frozen=True)
 class Rule:
-    """A named rewrite. ``fuses``: the rule merges nodes, so ``no_fuse`` marks and the user's
-    ``--disable-rule`` apply to it (cleanup rules set it False)."""
+    """A named rewrite. Any rule can be disabled by name (``--disable-rule``). ``fuses``: the
+    rule merges nodes, so ``no_fuse`` marks and the pattern's soft conditions (single use)
+    apply to it (cleanup rules set it False)."""
 
     name: str
     pattern: Pattern
@@ -85,15 +86,16 @@ def _try(rule: Rule, node: Node, ed: GraphEditor, log: DecisionLog, pass_name: s
     if m is None:
         return False
     names = [n.name for n in m.nodes]
+    reasons = []
+    if rule.name in options.disabled:
+        reasons.append(f"rule {rule.name} is disabled")
     if rule.fuses:
-        reasons = list(m.refusals)
         if node.meta.get("no_fuse"):
-            reasons.insert(0, f"{node.name} is marked no_fuse")
-        if rule.name in options.disabled:
-            reasons.insert(0, f"rule {rule.name} is disabled")
-        if reasons:
-            log.record(pass_name, rule.name, node.name, names, False, "; ".join(reasons))
-            return False
+            reasons.append(f"{node.name} is marked no_fuse")
+        reasons.extend(m.refusals)
+    if reasons:
+        log.record(pass_name, rule.name, node.name, names, False, "; ".join(reasons))
+        return False
     built = rule.build(m, ed)
     if built is None:
         return False

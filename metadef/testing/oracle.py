@@ -103,18 +103,26 @@ def compare_with_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndar
 
 def run_in_float64(graph: md.Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The graph's outputs computed in float64 on the reference backend: every float32 value
-    and constant promoted, so what remains is (almost) the exact result."""
+    and constant promoted (inside fused groups' bodies too), so what remains is (almost) the
+    exact result."""
     g = graph.clone()
+    _promote(g)
+    wide = {k: x.astype(np.float64) if x.dtype == np.float32 else x for k, x in feeds.items()}
+    return md.compile(g, target="reference").run(wide)
+
+
+def _promote(g: md.Graph) -> None:
     for v in g.values():
         if v.type is not None and v.type.dtype is FLOAT32:
             v.type = v.type.with_dtype(FLOAT64)
         if v.const is not None and v.const.dtype == np.float32:
             v.const = v.const.astype(np.float64)
-    for n in g.nodes:  # casts to float32 inside the graph become casts to float64
-        if n.attrs.get("to") == FLOAT32.onnx and "to" in n.metaop.attrs:
+    for n in g.nodes:
+        if n.attrs.get("to") == FLOAT32.onnx and "to" in n.metaop.attrs:  # casts to f32 become casts to f64
             n.attrs = {**n.attrs, "to": FLOAT64.onnx}
-    wide = {k: x.astype(np.float64) if x.dtype == np.float32 else x for k, x in feeds.items()}
-    return md.compile(g, target="reference").run(wide)
+        for a in n.attrs.values():
+            if isinstance(a, md.Graph):
+                _promote(a)
 
 
 __all__ = ["ATOL", "OracleCheck", "OutputCheck", "RTOL", "compare_with_onnxruntime", "run_in_float64",

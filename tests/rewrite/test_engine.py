@@ -8,7 +8,16 @@ from metadef.core.errors import GraphError
 from metadef.ir import parse_graph, print_graph, verify
 from metadef.ops import Role
 from metadef.rewrite import (
-    DecisionLog, GraphEditor, Refusal, RewriteOptions, Rule, const, match, op, rewrite, var,
+    DecisionLog,
+    GraphEditor,
+    Refusal,
+    RewriteOptions,
+    Rule,
+    const,
+    match,
+    op,
+    rewrite,
+    var,
 )
 
 BEFORE = """graph g(%x: f32[n,4], %b: f32[4]) -> (%y, %z) {

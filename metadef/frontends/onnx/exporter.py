@@ -25,6 +25,9 @@ from metadef.ir import Graph, Value
 from metadef.shape import TensorType
 
 IR_VERSION = 8
+# Meta-ops hold each op in its newest form (e.g. reduction axes as an input, from opset 18),
+# so an exported model declares at least the opset whose forms the IR uses.
+IR_OPSET = 21
 
 
 def _value_info(v: Value) -> onnx.ValueInfoProto:
@@ -36,6 +39,8 @@ def _value_info(v: Value) -> onnx.ValueInfoProto:
 
 
 def _attr(name: str, value: Any) -> onnx.AttributeProto:
+    if isinstance(value, Graph):  # a fused group's body, control flow: a nested GraphProto
+        return helper.make_attribute(name, _graph_proto(value))
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     if isinstance(value, tuple):
@@ -48,8 +53,7 @@ def _attr(name: str, value: Any) -> onnx.AttributeProto:
     return helper.make_attribute(name, value)
 
 
-def to_onnx(graph: Graph) -> onnx.ModelProto:
-    """The graph as a ModelProto (see the module doc)."""
+def _graph_proto(graph: Graph) -> onnx.GraphProto:
     initializers = [numpy_helper.from_array(np.asarray(v.const), v.name) for v in graph.constants]
     nodes = []
     for n in graph.nodes:
@@ -62,8 +66,30 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     inputs = [_value_info(v) for v in graph.inputs]
     value_info = [_value_info(o) for n in graph.nodes for o in n.outputs
                   if o.type is not None and all(o is not g for g in graph.outputs)]
-    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializers, value_info=value_info)
-    opsets = [helper.make_opsetid(d, v) for d, v in sorted(graph.opset.items())]
+    return helper.make_graph(nodes, graph.name, inputs, outputs, initializers, value_info=value_info)
+
+
+def _domains(graph: Graph) -> set[str]:
+    """Every op domain the graph and its nested bodies use."""
+    found: set[str] = set()
+    for n in graph.nodes:
+        if n.domain not in ("", "ai.onnx"):
+            found.add(n.domain)
+        for a in n.attrs.values():
+            if isinstance(a, Graph):
+                found |= _domains(a)
+    return found
+
+
+def to_onnx(graph: Graph) -> onnx.ModelProto:
+    """The graph as a ModelProto (see the module doc). Fused groups export as ``ai.metadef``
+    nodes with their body as a graph attribute: Netron shows them; ONNX Runtime cannot run them."""
+    g = _graph_proto(graph)
+    versions = dict(graph.opset)
+    versions[""] = max(versions.get("", IR_OPSET), IR_OPSET)
+    for domain in _domains(graph):
+        versions.setdefault(domain, 1)
+    opsets = [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
     model = helper.make_model(g, opset_imports=opsets, producer_name="metadef", ir_version=IR_VERSION)
     for k, v in graph.metadata.items():
         if isinstance(v, str):

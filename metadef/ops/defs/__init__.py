@@ -5,7 +5,9 @@ To add an op: declare it in the file of its family with ``metaop(...)``; nothing
 
 from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
     activation,
+    composite,
     elementwise,
+    fused,
     linalg,
     nn,
     nn_norm,

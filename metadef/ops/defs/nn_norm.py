@@ -99,7 +99,9 @@ BatchNormalization = metaop(
     attrs={"epsilon": float_(1e-5), "momentum": float_(0.9), "training_mode": int_(0)},
     types="T in {float}; T1 in {float}; T2 in {float}",
     rule=_batchnorm_infer, semantics=batchnorm_semantics, adapt=_batchnorm_adapt,
-    since=(1, 6, 7, 9, 14, 15), **_NORM_HINTS,
+    since=(1, 6, 7, 9, 14, 15),
+    # In inference BN is a per-channel affine map of given statistics: no reduction in it.
+    role=Role.BROADCAST, parallel=("n",),
     doc="Inference-mode batch normalization with given statistics.",
 )
 

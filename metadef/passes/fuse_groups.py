@@ -1,0 +1,345 @@
+"""``fuse_groups``: decide the fused groups, from each op's strategy-layer role (TVM's FuseOps).
+
+The pass never looks at an op's name: it reads ``node.metaop.role``.
+
+- A CONTRACTION (Conv, MatMul, Gemm...) or REDUCTION node anchors a group. The anchor absorbs
+  the chain of ELEMENTWISE / BROADCAST nodes that follows it (bias Add, activation, a residual
+  Add whose other operand comes from outside) while each value inside the chain has exactly
+  one consumer (rules ``contraction_epilogue``, ``reduction_epilogue``). A reduction first
+  absorbs its elementwise prologue: producers whose outputs are read only inside the group
+  (``reduction_prologue``).
+- ELEMENTWISE / BROADCAST nodes left over form chains of their own (``elementwise_chain``).
+- INJECTIVE nodes (reshape, transpose) end a group; OPAQUE nodes are never grouped; a node
+  marked ``no_fuse`` is never absorbed; a group of one node stays as it is.
+- Absorbing a node whose other inputs depend on the group would create a cycle: refused (a
+  guard: while every value inside a group has one consumer, a group's only exit is its tail,
+  so no such path exists; the guard keeps the pass safe if the rules are relaxed).
+  The ``Fused`` node takes one input dtype (its interface has one type variable), so a node
+  that would mix input dtypes is refused as well.
+
+Every candidate goes to ``ctx.log``, taken (with its nodes) or refused (with the reason);
+each rule can be disabled by name (``ctx.options.disabled``). Each group becomes one
+``ai.metadef::Fused`` node whose ``body`` graph holds the group's original nodes: the values
+entering the group are its inputs (weights too; only one-element constants and constants that
+shape inference reads, such as reduction axes, stay inside the body), the values leaving it its
+outputs, so numerics are exactly those of the unfused graph.
+
+Example:
+    >>> from metadef.ir import parse_graph
+    >>> from metadef.passes.base import PassContext
+    >>> g = parse_graph('''graph g(%x: f32[n,8], %w: f32[8,4], %b: f32[4]) -> (%y) {
+    ...   %m: f32[n,4] = MatMul(%x, %w) @mm
+    ...   %a: f32[n,4] = Add(%m, %b) @bias
+    ...   %y: f32[n,4] = Relu(%a) @relu
+    ...   return %y
+    ... }''')
+    >>> ctx = PassContext()
+    >>> new = fuse_groups(g, ctx)
+    >>> group_summary(new)
+    [('mm/fused', 'contraction+epilogue', ['mm', 'bias', 'relu'])]
+    >>> ctx.log.lines()
+    ['taken contraction_epilogue at mm (mm, bias, relu)']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metadef.core.dtypes import DType
+from metadef.ir import Graph, Node, Value
+from metadef.ops import Role
+from metadef.ops.defs.fused import Fused
+from metadef.passes.base import PassContext
+from metadef.rewrite import GraphEditor
+
+PASS_NAME = "fuse_groups"
+CHAIN_ROLES = frozenset({Role.ELEMENTWISE, Role.BROADCAST})
+# The rules an anchor grows by, by the anchor's role: (prologue rule or None, epilogue rule).
+anchor_rules: dict[Role, tuple[str | None, str]] = {
+    Role.CONTRACTION: (None, "contraction_epilogue"),
+    Role.REDUCTION: ("reduction_prologue", "reduction_epilogue"),
+}
+CHAIN_RULE = "elementwise_chain"
+RULES = ("contraction_epilogue", "reduction_prologue", "reduction_epilogue", CHAIN_RULE)
+
+
+@dataclass(eq=False)
+class _Group:
+    """A group being grown: its anchor, its members, and what the Fused node will need."""
+
+    anchor: Node
+    members: dict[int, Node] = field(default_factory=dict)
+    first: int = 0            # the smallest position of a member (prunes the cycle search)
+    tail: Node | None = None  # the member whose output the epilogue continues from
+    dtypes: set[DType] = field(default_factory=set)
+    parts: list[str] = field(default_factory=list)
+
+    def names(self, *more: Node) -> list[str]:
+        return [n.name for n in self.members.values()] + [n.name for n in more]
+
+    @property
+    def kind(self) -> str:
+        return "+".join(self.parts)
+
+
+def _stays_inside(node: Node, index: int, v: Value) -> bool:
+    """Whether a constant read by a member is kept in the body rather than made an input:
+    scalars (eps, clip bounds, exponents) and values shape inference reads (axes, shapes)."""
+    return v.const is not None and (v.const.size <= 1 or index in node.metaop.reads)
+
+
+class _Planner:
+    """Decides the groups of one graph (nothing is edited here)."""
+
+    def __init__(self, graph: Graph, ctx: PassContext) -> None:
+        self.ctx = ctx
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.readers: dict[int, list[Node]] = {}
+        for n in graph.nodes:
+            for v in {id(v): v for v in n.inputs if v is not None}.values():
+                self.readers.setdefault(id(v), []).append(n)
+        self.graph_outputs = {id(v) for v in graph.outputs}
+        self.group_of: dict[int, _Group] = {}
+        self.nodes = graph.nodes
+
+    # --- questions -----------------------------------------------------------------------
+    def uses(self, v: Value) -> int:
+        """Consumers of ``v``: the nodes that read it, plus one when it is a graph output."""
+        return len(self.readers.get(id(v), ())) + (id(v) in self.graph_outputs)
+
+    def exits(self, node: Node) -> list[Value]:
+        return [o for o in node.outputs if self.uses(o)]
+
+    def external_dtypes(self, group: _Group, node: Node) -> set[DType]:
+        """The dtypes of the values ``node`` would bring into the group as Fused inputs."""
+        return {v.type.dtype for i, v in enumerate(node.inputs)
+                if v is not None and v.type is not None and not _stays_inside(node, i, v)
+                and not (v.producer is not None and id(v.producer) in group.members)}
+
+    def blocked(self, group: _Group, rule: str, node: Node) -> str | None:
+        """Why ``node`` may not join ``group`` under ``rule`` (None: it may)."""
+        if rule in self.ctx.options.disabled:
+            return f"rule {rule} is disabled"
+        if node.meta.get("no_fuse"):
+            return f"{node.name} is marked no_fuse"
+        other = self.group_of.get(id(node))
+        if other is not None:
+            return f"{node.name} is already in the group of {other.anchor.name}"
+        dtypes = group.dtypes | self.external_dtypes(group, node)
+        if len(dtypes) > 1:
+            names = ", ".join(sorted(d.name for d in dtypes))
+            return f"{node.name} would mix input dtypes ({names}); a Fused node takes one"
+        return None
+
+    def reaches_group(self, start: Node | None, group: _Group) -> bool:
+        """Whether ``start`` depends on a member of ``group`` (absorbing it: a cycle)."""
+        stack, seen = [start], set()
+        while stack:
+            n = stack.pop()
+            if n is None or id(n) in seen or self.position[id(n)] < group.first:
+                continue
+            if id(n) in group.members:
+                return True
+            seen.add(id(n))
+            stack.extend(v.producer for v in n.inputs if v is not None)
+        return False
+
+    # --- growing -------------------------------------------------------------------------
+    def absorb(self, group: _Group, node: Node) -> None:
+        group.members[id(node)] = node
+        group.first = min(group.first, self.position[id(node)])
+        group.dtypes |= self.external_dtypes(group, node)
+        self.group_of[id(node)] = group
+
+    def refuse(self, group: _Group, rule: str, node: Node, reason: str) -> None:
+        self.ctx.log.record(PASS_NAME, rule, group.anchor.name, group.names(node), False, reason)
+
+    def grow_epilogue(self, group: _Group, rule: str) -> list[Node]:
+        """Absorb the chain of elementwise consumers after ``group.tail``; returns it."""
+        chain: list[Node] = []
+        while True:
+            used = self.exits(group.tail)
+            if len(used) != 1:
+                return chain
+            v = used[0]
+            readers = self.readers.get(id(v), [])
+            candidates = [r for r in readers if r.metaop.role in CHAIN_ROLES]
+            if not candidates:
+                return chain
+            if self.uses(v) > 1:
+                out = " (one is a graph output)" if id(v) in self.graph_outputs else ""
+                self.refuse(group, rule, candidates[0], f"%{v.name} has {self.uses(v)} consumers{out}")
+                return chain
+            node = readers[0]
+            reason = self.blocked(group, rule, node)
+            if reason is None and any(self.reaches_group(u.producer, group) for u in node.inputs
+                                      if u is not None and u is not v):
+                reason = f"absorbing {node.name} would create a cycle"
+            if reason is not None:
+                self.refuse(group, rule, node, reason)
+                return chain
+            self.absorb(group, node)
+            group.tail = node
+            chain.append(node)
+
+    def read_outside(self, group: _Group, node: Node) -> Value | None:
+        """An output of ``node`` read outside ``group`` (or a graph output), if any."""
+        for o in node.outputs:
+            if id(o) in self.graph_outputs or any(id(r) not in group.members
+                                                  for r in self.readers.get(id(o), ())):
+                return o
+        return None
+
+    def grow_prologue(self, group: _Group, rule: str) -> list[Node]:
+        """Absorb elementwise producers whose outputs are read only inside the group. A
+        producer read by another candidate is looked at again when that one joins (a diamond);
+        it is refused only if it is still read outside at the end."""
+        absorbed: list[Node] = []
+        frontier = [group.anchor]
+        waiting: dict[int, Node] = {}
+        while frontier:
+            for v in frontier.pop().inputs:
+                node = None if v is None else v.producer
+                if node is None or node.metaop.role not in CHAIN_ROLES or id(node) in group.members:
+                    continue
+                reason = self.blocked(group, rule, node)
+                if reason is not None:
+                    self.refuse(group, rule, node, reason)
+                elif self.read_outside(group, node) is not None:
+                    waiting[id(node)] = node
+                else:
+                    waiting.pop(id(node), None)
+                    self.absorb(group, node)
+                    absorbed.append(node)
+                    frontier.append(node)
+        for node in waiting.values():
+            out = self.read_outside(group, node)
+            self.refuse(group, rule, node, f"%{out.name} has {self.uses(out)} consumers")
+        return absorbed
+
+    def start(self, anchor: Node) -> _Group:
+        group = _Group(anchor, first=self.position[id(anchor)], tail=anchor)
+        self.absorb(group, anchor)
+        return group
+
+    def take(self, group: _Group, rule: str, nodes: list[Node]) -> None:
+        self.ctx.log.record(PASS_NAME, rule, group.anchor.name, [n.name for n in nodes], True)
+
+    def anchored(self, anchor: Node) -> _Group | None:
+        prologue_rule, epilogue_rule = anchor_rules[anchor.metaop.role]
+        if anchor.meta.get("no_fuse"):
+            if any(r.metaop.role in CHAIN_ROLES for o in anchor.outputs for r in self.readers.get(id(o), ())):
+                self.ctx.log.record(PASS_NAME, epilogue_rule, anchor.name, [anchor.name], False,
+                                    f"{anchor.name} is marked no_fuse")
+            return None
+        group = self.start(anchor)
+        if prologue_rule is not None:
+            prologue = self.grow_prologue(group, prologue_rule)
+            if prologue:
+                group.parts.append("prologue")
+                self.take(group, prologue_rule, sorted(prologue, key=self.sort_key) + [anchor])
+        group.parts.append(anchor.metaop.role.value)
+        epilogue = self.grow_epilogue(group, epilogue_rule)
+        if epilogue:
+            group.parts.append("epilogue")
+            self.take(group, epilogue_rule, [anchor] + epilogue)
+        return group
+
+    def chained(self, head: Node) -> _Group | None:
+        if head.meta.get("no_fuse"):
+            return None
+        group = self.start(head)
+        group.parts.append("elementwise")
+        chain = self.grow_epilogue(group, CHAIN_RULE)
+        if chain:
+            self.take(group, CHAIN_RULE, [head] + chain)
+        return group
+
+    def sort_key(self, node: Node) -> int:
+        return self.position[id(node)]
+
+    def plan(self) -> list[_Group]:
+        """Anchored groups first (in graph order), then chains of what is left."""
+        groups = []
+        for node in self.nodes:
+            if node.metaop.role in anchor_rules and id(node) not in self.group_of:
+                groups.append(self.anchored(node))
+        for node in self.nodes:
+            if node.metaop.role in CHAIN_ROLES and id(node) not in self.group_of:
+                groups.append(self.chained(node))
+        return [g for g in groups if g is not None and len(g.members) > 1]
+
+
+# --- building the Fused nodes ----------------------------------------------------------------
+
+
+def _body_value(node: Node, index: int, v: Value | None, inner: dict[int, Value], inputs: list[Value],
+                outer: list[Value], constants: list[Value]) -> Value | None:
+    """The body's value for an outer value read by a member (made on first read)."""
+    if v is None:
+        return None
+    got = inner.get(id(v))
+    if got is None:
+        if _stays_inside(node, index, v):
+            got = Value(v.name, v.type, v.const)
+            constants.append(got)
+        else:
+            got = Value(v.name, v.type)
+            inputs.append(got)
+            outer.append(v)
+        inner[id(v)] = got
+    return got
+
+
+def _fuse(graph: Graph, group: _Group, planner: _Planner, name: str) -> Node:
+    """Move the group's nodes into a body graph; returns the Fused node that replaces them."""
+    members = sorted(group.members.values(), key=planner.sort_key)
+    inner: dict[int, Value] = {}
+    inputs: list[Value] = []
+    outer: list[Value] = []
+    constants: list[Value] = []
+    leaving: list[Value] = []
+    for m in members:
+        m.inputs = tuple(_body_value(m, i, v, inner, inputs, outer, constants) for i, v in enumerate(m.inputs))
+        outs = []
+        for o in m.outputs:
+            inner[id(o)] = Value(o.name, o.type, producer=m)
+            outs.append(inner[id(o)])
+            if id(o) in planner.graph_outputs or any(
+                    id(r) not in group.members for r in planner.readers.get(id(o), ())):
+                leaving.append(o)
+        m.outputs = tuple(outs)
+    body = Graph(name, inputs, [inner[id(o)] for o in leaving], members, constants,
+                 dict(graph.opset), graph.env)
+    attrs = {"body": body, "kind": group.kind, "anchor": group.anchor.name}
+    node = Node(Fused.name, tuple(outer), tuple(leaving), attrs, name, Fused.domain)
+    for o in leaving:
+        o.producer = node
+    return node
+
+
+def fuse_groups(graph: Graph, ctx: PassContext) -> Graph:
+    """A new graph in which each fused group is one ``Fused`` node (see the module doc)."""
+    work = graph.clone()
+    planner = _Planner(work, ctx)
+    groups = planner.plan()
+    ed = GraphEditor(work)
+    last = {id(max(g.members.values(), key=planner.sort_key)): g for g in groups}
+    nodes = []
+    for n in work.nodes:
+        group = planner.group_of.get(id(n))
+        if group is None or len(group.members) < 2:
+            nodes.append(n)
+        elif id(n) in last:
+            nodes.append(_fuse(work, group, planner, ed.unique(f"{group.anchor.name or 'group'}/fused")))
+    work.nodes = nodes
+    return ed.finish()
+
+
+def group_summary(graph: Graph) -> list[tuple[str, str, list[str]]]:
+    """Each Fused node of ``graph``: (its name, its kind, the names of the nodes in its body)."""
+    return [(n.name, n.attrs.get("kind", ""), [m.name for m in n.attrs["body"].nodes])
+            for n in graph.nodes if n.metaop is Fused]
+
+
+__all__ = ["CHAIN_ROLES", "PASS_NAME", "RULES", "anchor_rules", "fuse_groups", "group_summary"]

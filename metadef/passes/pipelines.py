@@ -1,0 +1,48 @@
+"""The optimization levels: named lists of named passes.
+
+- ``safe``: never changes numerics (only removes, folds and deduplicates what is exactly
+  equal: constant folding evaluates the same ops the runtime would).
+- ``moderate``: also folds BatchNormalization into the preceding weights and recognizes
+  decomposed patterns (LayerNorm, GELU, SiLU, HardSwish, attention) as single ops; numerics
+  change by rounding only.
+- ``aggressive``: also chooses layouts and forms fusion groups, the units of code generation.
+
+Example:
+    >>> [p.__name__ for p in PIPELINES["safe"]][:3]
+    ['simplify', 'fold_shape_arithmetic', 'fold_constants']
+"""
+
+from __future__ import annotations
+
+from metadef.passes.base import GraphPass
+from metadef.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
+from metadef.passes.eliminate_dead_code import eliminate_dead_code
+from metadef.passes.fold_batchnorm import fold_batchnorm
+from metadef.passes.fold_constants import fold_constants
+from metadef.passes.fold_shape_arithmetic import fold_shape_arithmetic
+from metadef.passes.fuse_groups import fuse_groups
+from metadef.passes.optimize_layout import optimize_layout
+from metadef.passes.recognize_patterns import recognize_patterns
+from metadef.passes.simplify import simplify
+
+_CLEANUP: list[GraphPass] = [
+    simplify,
+    fold_shape_arithmetic,
+    fold_constants,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+]
+
+PIPELINES: dict[str, list[GraphPass]] = {
+    "none": [],
+    "safe": _CLEANUP,
+    "moderate": [*_CLEANUP, fold_batchnorm, recognize_patterns, fold_constants, simplify, eliminate_dead_code],
+    "aggressive": [
+        *_CLEANUP, fold_batchnorm, recognize_patterns, optimize_layout, fold_constants, simplify,
+        eliminate_common_subexpressions, eliminate_dead_code, fuse_groups,
+    ],
+}
+
+LEVELS = tuple(PIPELINES)
+
+__all__ = ["LEVELS", "PIPELINES"]
