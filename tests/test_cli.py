@@ -43,3 +43,29 @@ def test_bad_input_is_one_clear_line(tmp_path):
     assert r.exit_code == 2
     assert "InputError" in r.output and "expected [batch,784]" in r.output
     assert "Traceback" not in r.output
+
+
+def test_inspect_optimize_reports_groups_repeats_memory_and_decisions(tmp_path, monkeypatch):
+    log_file = tmp_path / "decisions.jsonl"
+    r = CliRunner().invoke(main, ["inspect", "mlp", "--optimize", "aggressive", "--json",
+                                  "--debug-log", str(log_file)])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output)
+    assert info["ops_before"]["Relu"] == 2 and "Relu" not in info["ops"]
+    assert [g["kind"] for g in info["fused_groups"]] == ["contraction+epilogue"] * 2
+    assert info["live_memory_lower_bound"]["bytes"] > 0
+    assert log_file.read_text().count("\n") == info["decisions"]["taken"] + info["decisions"]["refused"]
+    r = CliRunner().invoke(main, ["inspect", "mlp", "--optimize", "aggressive", "--no-fuse", "/fc1/*"])
+    assert r.exit_code == 0, r.output
+    assert "is marked no_fuse" in r.output
+    r = CliRunner().invoke(main, ["inspect", "mlp", "--optimize", "aggressive",
+                                  "--disable-rule", "contraction_epilogue"])
+    assert "rule contraction_epilogue is disabled" in r.output
+    r = CliRunner().invoke(main, ["inspect", "mlp", "--no-fuse", "x"])
+    assert r.exit_code != 0 and "need --optimize" in r.output
+
+
+def test_run_with_optimize(tmp_path):
+    r = CliRunner().invoke(main, ["run", "mlp", "--optimize", "aggressive", "--batch", "2"])
+    assert r.exit_code == 0, r.output
+    assert "probs" in r.output and "[2, 10]" in r.output

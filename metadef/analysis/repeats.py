@@ -134,7 +134,23 @@ def node_key(node: Node) -> str:
 def _attr_text(value: object) -> str:
     if isinstance(value, np.ndarray):
         return f"tensor<{value.dtype}{list(value.shape)}>"
+    if isinstance(value, Graph):
+        return body_key(value)
     return format_attr(value)
+
+
+def body_key(body: Graph) -> str:
+    """A nested graph's structure without its names: node keys, and each input as the body
+    input it is or the (node, output) it comes from. Identical fused groups get equal keys."""
+    where = {id(v): f"i{k}" for k, v in enumerate(body.inputs)}
+    parts = []
+    for i, n in enumerate(body.nodes):
+        ins = ",".join("_" if v is None else where.get(id(v), "c") for v in n.inputs)
+        parts.append(f"{node_key(n)}[{ins}]")
+        for k, o in enumerate(n.outputs):
+            where[id(o)] = f"n{i}.{k}"
+    outs = ",".join(where.get(id(v), "?") for v in body.outputs)
+    return "{" + ";".join(parts) + "->" + outs + "}"
 
 
 def signature(instance: RepeatInstance) -> str:

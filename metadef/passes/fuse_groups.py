@@ -311,8 +311,9 @@ def _fuse(graph: Graph, group: _Group, planner: _Planner, name: str) -> Node:
         m.outputs = tuple(outs)
     body = Graph(name, inputs, [inner[id(o)] for o in leaving], members, constants,
                  dict(graph.opset), graph.env)
-    attrs = {"body": body, "kind": group.kind, "anchor": group.anchor.name}
-    node = Node(Fused.name, tuple(outer), tuple(leaving), attrs, name, Fused.domain)
+    attrs = {"body": body, "kind": group.kind}
+    node = Node(Fused.name, tuple(outer), tuple(leaving), attrs, name, Fused.domain,
+                meta={"anchor": group.anchor.name})
     for o in leaving:
         o.producer = node
     return node

@@ -71,7 +71,7 @@ MATMUL_BIAS_RELU_EXPECTED = """graph g(%x: f32[n,8], %w: f32[8,4], %b: f32[4]) -
       %a: f32[n,4] = Add(%m, %b) @bias
       %y: f32[n,4] = Clip(%a, %lo) @clip
       return %y
-    }, kind="contraction+epilogue", anchor="mm"} @mm/fused
+    }, kind="contraction+epilogue"} @mm/fused
   return %y
 }
 """
@@ -96,7 +96,7 @@ RESIDUAL = """graph g(%x: f32[n,4,8,8], %w: f32[4,4,3,3], %r: f32[n,4,8,8]) -> (
 def test_a_residual_add_from_outside_joins_the_epilogue():
     after, ctx = fuse(RESIDUAL)
     fused, = after.nodes
-    assert [v.name for v in fused.inputs] == ["x", "w", "r"] and fused.attrs["anchor"] == "conv"
+    assert [v.name for v in fused.inputs] == ["x", "w", "r"] and fused.meta["anchor"] == "conv"
     assert ctx.log.lines() == ["taken contraction_epilogue at conv (conv, residual, relu)"]
 
 
@@ -114,7 +114,7 @@ TWO_CONSUMERS_EXPECTED = """graph g(%x: f32[n,8], %w: f32[8,4], %b: f32[4]) -> (
       %m: f32[n,4] = MatMul(%x, %w) @mm
       %a: f32[n,4] = Add(%m, %b) @bias
       return %a
-    }, kind="contraction+epilogue", anchor="mm"} @mm/fused
+    }, kind="contraction+epilogue"} @mm/fused
   %y: f32[n,4] = Relu(%a) @relu
   %t: f32[n,4] = Tanh(%a) @tanh
   return %y, %t
@@ -174,7 +174,7 @@ LOGSUMEXP_EXPECTED = """graph g(%x: f32[n,8]) -> (%y) {
       %s: f32[n,1] = ReduceSum(%e, %axes) @sum
       %y: f32[n,1] = Log(%s) @log
       return %y
-    }, kind="prologue+reduction+epilogue", anchor="sum"} @sum/fused
+    }, kind="prologue+reduction+epilogue"} @sum/fused
   return %y
 }
 """
@@ -235,7 +235,7 @@ SILU_EXPECTED = """graph g(%x: f32[n,8], %y: f32[n,8]) -> (%z) {
       %g: f32[n,8] = Sigmoid(%s) @sigmoid
       %z: f32[n,8] = Mul(%s, %g) @mul
       return %z
-    }, kind="elementwise", anchor="sigmoid"} @sigmoid/fused
+    }, kind="elementwise"} @sigmoid/fused
   return %z
 }
 """

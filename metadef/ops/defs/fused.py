@@ -4,8 +4,9 @@ The ``fuse_groups`` pass replaces each group of nodes it decides to fuse by one 
 node. Its inputs are the values entering the group and its outputs the values leaving it;
 its ``body`` attribute is a graph holding the group's original nodes, whose inputs and outputs
 correspond one-to-one to the node's. ``kind`` says how the group was formed (for example
-``"contraction+epilogue"``, ``"prologue+reduction"``, ``"elementwise"``) and ``anchor``
-names the node it grew from.
+``"contraction+epilogue"``, ``"prologue+reduction"``, ``"elementwise"``); the node it grew
+from is named in ``node.meta["anchor"]`` (not an attribute: it does not change what the node
+computes, and identical groups must compare equal).
 
 The shape rule gives each output the type of the corresponding body output (the body is
 typed in the outer graph's symbols) after checking that the input types agree with the
@@ -24,7 +25,7 @@ Example:
     >>> add = NS(name="/add", metaop=get_op("Add"), attrs={}, inputs=(x, x), outputs=(s,))
     >>> relu = NS(name="/relu", metaop=get_op("Relu"), attrs={}, inputs=(s,), outputs=(y,))
     >>> body = NS(name="g", inputs=[x], outputs=[y], nodes=[add, relu])
-    >>> attrs = {"body": body, "kind": "elementwise", "anchor": "/add"}
+    >>> attrs = {"body": body, "kind": "elementwise"}
     >>> str(infer_types(Fused, "/add/fused", [t], attrs)[0])
     'f32[n,2]'
     >>> Fused.semantics.reference([np.array([[-1.0, 2.0]], np.float32)], attrs)
@@ -155,7 +156,7 @@ Fused = metaop(
     "Fused",
     domain=DOMAIN,
     inputs=("inputs*",), outputs=("outputs*",),
-    attrs={"body": graph_(REQUIRED), "kind": string(REQUIRED), "anchor": string("")},
+    attrs={"body": graph_(REQUIRED), "kind": string(REQUIRED)},
     types="T in {all}",
     rule=_fused_infer,
     reference=_fused_reference,

@@ -33,7 +33,7 @@ def fused_graph(body: Graph, types: list[str] | None = None) -> Graph:
     b = GraphBuilder("g")
     ins = [b.input(v.name, parse_type(t) if types else v.type)
            for v, t in zip(body.inputs, types or [None] * len(body.inputs))]
-    attrs = {"body": body, "kind": "contraction+epilogue", "anchor": "mm"}
+    attrs = {"body": body, "kind": "contraction+epilogue"}
     outs = b.node("Fused", ins, attrs, domain="ai.metadef", name="mm/fused",
                   outputs=[o.name for o in body.outputs])
     b.output(*outs)
@@ -43,7 +43,7 @@ def fused_graph(body: Graph, types: list[str] | None = None) -> Graph:
 def test_registered_opaque_in_the_metadef_domain():
     assert get_op("Fused", "ai.metadef") is Fused
     assert Fused.role is Role.OPAQUE and Fused.semantics.opaque
-    assert set(Fused.attrs) == {"body", "kind", "anchor"}
+    assert set(Fused.attrs) == {"body", "kind"}
 
 
 def test_outputs_take_the_body_output_types_and_the_verifier_accepts_it():
