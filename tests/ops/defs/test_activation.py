@@ -5,56 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 import metadef as md
 from metadef.backends.reference import run_node
 from metadef.core.errors import ShapeError, UnsupportedOpError
-from metadef.ops import get_op, infer_types
+from metadef.ops import get_op
 from metadef.shape import parse_type
-from metadef.testing.oracle import run_onnxruntime
+from metadef.testing.onnx_cases import check_model, infer_text, one_node_model, run_metadef
 
 RNG = np.random.default_rng(1)
 
 
 def infer(op: str, types: list[str | None], attrs: dict | None = None) -> list[str]:
-    ins = [None if t is None else parse_type(t) for t in types]
-    return [str(t) for t in infer_types(get_op(op), "/a/node", ins, attrs or {})]
+    return infer_text(op, types, attrs, node="/a/node")
 
 
-def one_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None,
-             inputs: list[str] | None = None, n_out: int = 1, opset: int = 21,
-             **attrs: Any) -> onnx.ModelProto:
-    """A one-node model reading graph inputs ``feeds`` and initializers ``consts``."""
-    consts = consts or {}
-    outs = [f"out{i}" for i in range(n_out)]
-    node = helper.make_node(op, [*feeds, *consts] if inputs is None else inputs, outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs],
-        [numpy_helper.from_array(np.asarray(a), n) for n, a in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+one_node = one_node_model
 
 
-def run_metadef(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    sess = md.compile(md.import_onnx(model), target="reference")
-    got = sess.run(feeds)
-    return [np.asarray(got[o.name]) for o in model.graph.output]
-
-
-def check_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-5,
-              atol: float = 1e-6) -> None:
-    """metadef's reference backend agrees with ONNX Runtime: shapes, dtypes and values."""
-    want = list(run_onnxruntime(model, feeds).values())
-    got = run_metadef(model, feeds)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
-                                   atol=atol)
+check_ort = check_model
 
 
 # ------------------------------------------------------------------ shapes and errors

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -12,6 +11,7 @@ from metadef.core.errors import ShapeError
 from metadef.ops import get_op, infer_types
 from metadef.ops.defs.linalg import einsum_semantics, gemm_semantics, matmul_semantics
 from metadef.shape import parse_type
+from metadef.testing.onnx_cases import check_model, one_node_model
 
 OPS = ["MatMul", "Gemm", "Einsum"]
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
@@ -25,17 +25,7 @@ def infer(op: str, types: list[str | None], attrs: dict | None = None) -> list[s
 
 def check_against_ort(op: str, feeds: dict[str, np.ndarray], rtol: float = 1e-5,
                       opset: int = 21, **attrs) -> None:
-    node = helper.make_node(op, list(feeds), ["y"], **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, _ONNX_TYPES[a.dtype], a.shape) for n, a in feeds.items()],
-        [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    got = np.asarray(md.compile(md.import_onnx(model), target="reference").run(feeds)["y"])
-    assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6)
+    check_model(one_node_model(op, feeds, opset=opset, **attrs), feeds, rtol=rtol, atol=1e-6)
 
 
 def rand(*shape: int, dtype: type = np.float32, seed: int = 0) -> np.ndarray:

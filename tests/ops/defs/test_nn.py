@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
-import metadef as md
 from metadef.core.errors import ShapeError, UnsupportedOpError
 from metadef.ops import get_op, infer_types
 from metadef.shape import parse_type
+from metadef.testing.onnx_cases import check_model, one_node_model
 
 OPS = ["Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
        "LpPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization",
@@ -31,22 +30,8 @@ def check_against_ort(op: str, feeds: dict[str, np.ndarray], consts: dict | None
                       inputs: list[str] | None = None, n_out: int = 1, rtol: float = 1e-5,
                       opset: int = 21, **attrs) -> None:
     """One-node model: feeds are graph inputs, consts initializers; every output compared."""
-    consts = consts or {}
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, inputs or [*feeds, *consts], outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, _ONNX_TYPES[a.dtype], a.shape) for n, a in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = md.compile(md.import_onnx(model), target="reference").run(feeds)
-    for name, w in zip(outs, want):
-        g = np.asarray(got[name])
-        assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-5)
+    model = one_node_model(op, feeds, consts, inputs, n_out, opset, output_prefix="y", **attrs)
+    check_model(model, feeds, rtol=rtol, atol=1e-5)
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
 
 import metadef as md
 from metadef.core.errors import AttributeError_, ShapeError
@@ -16,6 +14,8 @@ from metadef.ops import get_op, infer_types
 from metadef.ops.defs.reduce import reduce_expression, reduce_reference
 from metadef.ops.numpy_eval.evaluate import evaluate
 from metadef.shape import parse_type
+from metadef.testing.onnx_cases import assert_same as assert_outputs_same
+from metadef.testing.onnx_cases import one_node_model, run_both
 
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
@@ -31,35 +31,13 @@ def infer(op: str, types: list[str | None], attrs: dict | None = None,
 
 # ------------------------------------------------------------------ one-node ONNX models
 
-_ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
-               np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.int32): TensorProto.INT32,
-               np.dtype(np.int64): TensorProto.INT64, np.dtype(np.uint64): TensorProto.UINT64}
-
-
 def one_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray],
              inputs: list[str], n_out: int = 1, opset: int = 18, **attrs) -> onnx.ModelProto:
-    outs = [f"out{i}" for i in range(n_out)]
-    node = helper.make_node(op, inputs, outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, _ONNX_TYPES[a.dtype], a.shape) for n, a in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-
-
-def run_both(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[list, list]:
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feeds)
-    sess = md.compile(md.import_onnx(model), target="reference")
-    got = sess.run(feeds)
-    return [np.asarray(got[o.name]) for o in model.graph.output], want
+    return one_node_model(op, feeds, consts, inputs, n_out, opset, **attrs)
 
 
 def assert_same(got: list, want: list, rtol: float = 1e-5) -> None:
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-6)
+    assert_outputs_same(got, want, rtol=rtol, atol=1e-6)
 
 
 RNG = np.random.default_rng(0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +23,8 @@ from metadef.ops.defs.shape_values import (
 from metadef.ops.defs.tensor import _split_adapt
 from metadef.ops.interface import resolve_attrs
 from metadef.shape import ShapeEnv, TensorType, parse_type, sym
+from metadef.testing.onnx_cases import assert_same as assert_outputs_same
+from metadef.testing.onnx_cases import one_node_model, run_both
 
 TENSOR_OPS = [
     "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice",
@@ -259,34 +260,13 @@ def test_old_opsets_against_ort(op, opset, attrs, feeds):
 
 # ------------------------------------------------------------------ numerics against ORT
 
-_ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
-               np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}
-
-
 def one_node(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray],
              inputs: list[str], n_out: int = 1, opset: int = 18, **attrs) -> onnx.ModelProto:
-    outs = [f"out{i}" for i in range(n_out)]
-    node = helper.make_node(op, inputs, outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, _ONNX_TYPES[a.dtype], a.shape) for n, a in feeds.items()],
-        [helper.make_empty_tensor_value_info(o) for o in outs],
-        [numpy_helper.from_array(a, n) for n, a in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-
-
-def run_both(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[list, list]:
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = md.compile(md.import_onnx(model), target="reference").run(feeds)
-    return [np.asarray(got[o.name]) for o in model.graph.output], want
+    return one_node_model(op, feeds, consts, inputs, n_out, opset, **attrs)
 
 
 def assert_same(got: list, want: list) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert_outputs_same(got, want, rtol=1e-6, atol=0)
 
 
 X = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
