@@ -160,6 +160,8 @@ def _check_dtypes(ctx: InferContext) -> None:
             names = ", ".join(sorted(d.name for d in allowed))
             raise DTypeError(f"op {op.name} (node {ctx.node}): input {i} ({param.name}) has dtype "
                              f"{t.dtype.name}, but {param.type_var} must be one of {{{names}}}")
+        if param.mixed:
+            continue
         seen = ctx.bound.setdefault(param.type_var, t.dtype)
         if seen is not t.dtype:
             raise DTypeError(f"op {op.name} (node {ctx.node}): input {i} ({param.name}) is "

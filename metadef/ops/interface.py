@@ -30,12 +30,16 @@ class Param:
     """One input or output: ``"X"``, optional ``"B?"``, variadic ``"inputs*"``, typed ``"shape: int64"``.
 
     ``type_var`` is a type variable of the op's constraints (``T``) or a concrete dtype name.
+    ``mixed``: the elements of a variadic parameter may each have their own dtype from the
+    type variable's set (control flow's captured values, a fused group's inputs), instead of
+    all binding it to one dtype.
     """
 
     name: str
     optional: bool = False
     variadic: bool = False
     type_var: str = "T"
+    mixed: bool = False
 
     @staticmethod
     def parse(spec: str | Param) -> Param:

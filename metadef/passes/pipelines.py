@@ -19,6 +19,7 @@ from metadef.passes.eliminate_common_subexpressions import eliminate_common_sube
 from metadef.passes.eliminate_dead_code import eliminate_dead_code
 from metadef.passes.fold_batchnorm import fold_batchnorm
 from metadef.passes.fold_constants import fold_constants
+from metadef.passes.fold_if import fold_if
 from metadef.passes.fold_shape_arithmetic import fold_shape_arithmetic
 from metadef.passes.fuse_groups import fuse_groups
 from metadef.passes.optimize_layout import optimize_layout
@@ -29,6 +30,7 @@ _CLEANUP: list[GraphPass] = [
     simplify,
     fold_shape_arithmetic,
     fold_constants,
+    fold_if,
     eliminate_common_subexpressions,
     eliminate_dead_code,
 ]

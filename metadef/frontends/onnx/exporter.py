@@ -3,6 +3,13 @@
 Symbolic dims become ``dim_param`` (a compound expression is written as its text, e.g.
 ``batch*2``); constants become initializers.
 
+Subgraphs of ops that capture outer values (``If``: see :mod:`metadef.ops.defs.control`) go
+back to ONNX's form: the branch inputs that receive captured values are dropped from the
+GraphProto and every read of them is renamed to the outer value's name, so the branch reads
+the enclosing scope by name as ONNX Runtime expects. Names stay unique across the whole model
+(a subgraph value whose name is taken outside gets a suffix), and a branch output that its
+branch does not compute (a captured value, a constant, a repeat) goes out through an Identity.
+
 Example:
     >>> import metadef as md, onnx
     >>> g = md.import_onnx(md.zoo.build("mlp"))
@@ -21,7 +28,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metadef.core.errors import FormatError
-from metadef.ir import Graph, Value
+from metadef.ir import Graph, Node, Value
+from metadef.ops.defs.control import captured_start
 from metadef.shape import TensorType
 
 IR_VERSION = 8
@@ -30,17 +38,18 @@ IR_VERSION = 8
 IR_OPSET = 21
 
 
-def _value_info(v: Value) -> onnx.ValueInfoProto:
+def _value_info(v: Value, name: str | None = None) -> onnx.ValueInfoProto:
     t: TensorType | None = v.type
+    name = v.name if name is None else name
     if t is None:
-        return helper.make_empty_tensor_value_info(v.name)
+        return helper.make_empty_tensor_value_info(name)
     shape = None if t.shape is None else [d if isinstance(d, int) else str(d) for d in t.shape]
-    return helper.make_tensor_value_info(v.name, t.dtype.onnx, shape)
+    return helper.make_tensor_value_info(name, t.dtype.onnx, shape)
 
 
 def _attr(name: str, value: Any) -> onnx.AttributeProto:
-    if isinstance(value, Graph):  # a fused group's body, control flow: a nested GraphProto
-        return helper.make_attribute(name, _graph_proto(value))
+    if isinstance(value, onnx.GraphProto):  # a subgraph, already converted by _graph_proto
+        return helper.make_attribute(name, value)
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     if isinstance(value, tuple):
@@ -53,18 +62,68 @@ def _attr(name: str, value: Any) -> onnx.AttributeProto:
     return helper.make_attribute(name, value)
 
 
-def _graph_proto(graph: Graph) -> onnx.GraphProto:
-    initializers = [numpy_helper.from_array(np.asarray(v.const), v.name) for v in graph.constants]
+class _Names:
+    """Exported names: one per value, unique across the model (ONNX subgraphs share one scope)."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = taken
+        self.of: dict[int, str] = {}
+
+    def claim(self, v: Value, name: str | None = None) -> str:
+        base = name = v.name if name is None else name
+        k = 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        self.of[id(v)] = name
+        return name
+
+
+def _node_attrs(n: Node, names: _Names) -> list[onnx.AttributeProto]:
+    start = captured_start(n.metaop)
+    outer = [] if start is None else [names.of[id(v)] for v in n.inputs[start:]]
+    out = []
+    for k, v in n.attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, Graph):  # control flow reads ``outer`` by name; a fused body stands alone
+            v = _graph_proto(v, outer, names.taken) if start is not None else _graph_proto(v)
+        out.append(_attr(k, v))
+    return out
+
+
+def _graph_proto(graph: Graph, captured: list[str] | None = None,
+                 taken: set[str] | None = None) -> onnx.GraphProto:
+    """The graph as a GraphProto. For a subgraph, ``captured`` names the outer values its last
+    ``len(captured)`` inputs receive, and ``taken`` holds the names used outside."""
+    sub = captured is not None
+    names = _Names(taken if taken is not None else set())
+    formal = graph.inputs[:len(graph.inputs) - len(captured)] if sub else graph.inputs
+    for v, outer in zip(graph.inputs[len(formal):], captured or []):
+        names.of[id(v)] = outer
+    for v in [*formal, *graph.constants] + [o for n in graph.nodes for o in n.outputs]:
+        if id(v) not in names.of:
+            names.claim(v)
+    initializers = [numpy_helper.from_array(np.asarray(v.const), names.of[id(v)]) for v in graph.constants]
     nodes = []
     for n in graph.nodes:
+        start = captured_start(n.metaop)  # captured values are read by name, not passed
         node = helper.make_node(
-            n.op, [("" if v is None else v.name) for v in n.inputs], [o.name for o in n.outputs],
-            name=n.name, domain=n.domain or "")
-        node.attribute.extend(_attr(k, v) for k, v in n.attrs.items() if v is not None)
+            n.op, [("" if v is None else names.of[id(v)]) for v in n.inputs[:start]],
+            [names.of[id(o)] for o in n.outputs], name=n.name, domain=n.domain or "")
+        node.attribute.extend(_node_attrs(n, names))
         nodes.append(node)
-    outputs = [_value_info(v) for v in graph.outputs]
-    inputs = [_value_info(v) for v in graph.inputs]
-    value_info = [_value_info(o) for n in graph.nodes for o in n.outputs
+    outputs = []
+    computed = {id(o) for n in graph.nodes for o in n.outputs}
+    for v in graph.outputs:
+        name = names.of[id(v)]
+        if sub and (id(v) not in computed or any(o.name == name for o in outputs)):
+            name = names.claim(Value(f"{name}_out", v.type))
+            nodes.append(helper.make_node("Identity", [names.of[id(v)]], [name], name=name))
+        outputs.append(_value_info(v, name))
+    inputs = [_value_info(v, names.of[id(v)]) for v in formal]
+    value_info = [_value_info(o, names.of[id(o)]) for n in graph.nodes for o in n.outputs
                   if o.type is not None and all(o is not g for g in graph.outputs)]
     return helper.make_graph(nodes, graph.name, inputs, outputs, initializers, value_info=value_info)
 

@@ -6,6 +6,16 @@ Initializers and ``Constant`` nodes become constants; ``dim_param`` names become
 dim with neither value nor name gets a fresh symbol. Old-opset forms (attributes that later
 became inputs) are converted by the op's own ``adapt`` hook.
 
+Subgraphs (``If`` branches) read outer values by name; metadef makes that explicit (see
+:mod:`metadef.ops.defs.control`): the names a subgraph reads from enclosing scopes (nested
+subgraphs included) are looked up in the scope that holds the node, appended to the node's
+inputs as its ``captured`` values, and become the subgraph's trailing inputs, in the order of
+first reading (the union over the node's subgraphs, taken in the order the meta-op declares
+its graph attributes: ``then_branch`` first). A nested ``If`` captures from its branch,
+which in turn captured from its parent, so the lookup chains to any depth. Each subgraph is
+typed by the usual builder, in the outer graph's symbols. An op that declares no ``captured``
+input (Loop and Scan until their meta-ops exist) fails with UnsupportedOpError.
+
 Example:
     >>> import metadef as md
     >>> from metadef import zoo
@@ -29,10 +39,12 @@ from onnx import numpy_helper
 from metadef.core.dtypes import from_onnx
 from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
 from metadef.ir import Graph, GraphBuilder, Value
-from metadef.ops import REGISTER_HINT, REGISTRY, get_op
+from metadef.ops import REGISTER_HINT, REGISTRY, MetaOp, get_op
+from metadef.ops.defs.control import CAPTURED, captured_start
 from metadef.shape import Dim, ShapeEnv, TensorType
 
 _CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def load_model(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -78,9 +90,9 @@ def _attr_value(attr: onnx.AttributeProto, where: str) -> Any:
         return numpy_helper.to_array(attr.t)
     if kind == onnx.AttributeProto.TENSORS:
         return [numpy_helper.to_array(t) for t in attr.tensors]
-    if kind in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-        raise UnsupportedOpError(f"{where}: attribute {attr.name!r} holds a subgraph; control flow "
-                                 "import is not supported yet")
+    if kind in _GRAPH_KINDS:
+        raise UnsupportedOpError(f"{where}: attribute {attr.name!r} holds a subgraph, which is "
+                                 "not supported here")
     if kind == onnx.AttributeProto.SPARSE_TENSOR:
         raise UnsupportedOpError(f"{where}: sparse tensor attribute {attr.name!r} is not supported")
     value = onnx.helper.get_attribute_value(attr)
@@ -105,13 +117,30 @@ def _constant_array(node: onnx.NodeProto, where: str) -> np.ndarray:
                              "(strings and sparse tensors are not numeric)")
 
 
-def _check_ops(graph: onnx.GraphProto) -> None:
-    missing: dict[tuple[str, str], str] = {}
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs a node's attributes hold (If branches, Loop and Scan bodies)."""
+    found: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            found.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            found.extend(a.graphs)
+    return found
+
+
+def _unknown_ops(graph: onnx.GraphProto, missing: dict[tuple[str, str], str]) -> None:
     for i, node in enumerate(graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             continue
         if REGISTRY.get(node.op_type, node.domain) is None:
             missing.setdefault((node.domain or "ai.onnx", node.op_type), node.name or f"#{i}")
+        for sub in _subgraphs(node):
+            _unknown_ops(sub, missing)
+
+
+def _check_ops(graph: onnx.GraphProto) -> None:
+    missing: dict[tuple[str, str], str] = {}
+    _unknown_ops(graph, missing)
     if missing:
         listing = "; ".join(f"op {op!r} of domain {dom!r} (node {where})"
                             for (dom, op), where in sorted(missing.items()))
@@ -161,7 +190,7 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
         values[node.output[0]] = b.const(node.output[0], _constant_array(node, where))
         return
     op = get_op(node.op_type, node.domain)
-    attrs = {a.name: _attr_value(a, where) for a in node.attribute}
+    attrs = {a.name: _attr_value(a, where) for a in node.attribute if a.type not in _GRAPH_KINDS}
     try:
         inputs = [values[n] for n in node.input]
     except KeyError as e:
@@ -169,6 +198,10 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
                           "initializer defines (is the graph topologically sorted?)") from None
     while inputs and inputs[-1] is None:
         inputs.pop()
+    if _subgraphs(node):
+        graphs, captured = _import_subgraphs(b, node, op, where, values, opset)
+        attrs.update(graphs)
+        inputs = [*inputs, *[None] * (captured_start(op) - len(inputs)), *captured]
     if op.adapt is not None:
         version = opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21)
         n_outputs = len([o for o in node.output])
@@ -192,6 +225,78 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     for n, v in zip(out_names, outs):
         if n:
             values[n] = v
+
+
+def _free_names(graph: onnx.GraphProto) -> list[str]:
+    """The names a graph reads but does not define (through nested subgraphs too), in the order
+    they are first read."""
+    defined = {""} | {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    free: list[str] = []
+
+    def read(name: str) -> None:
+        if name not in defined and name not in free:
+            free.append(name)
+
+    for node in graph.node:
+        for name in node.input:
+            read(name)
+        for sub in _subgraphs(node):
+            for name in _free_names(sub):
+                read(name)
+        defined.update(node.output)
+    for vi in graph.output:
+        read(vi.name)
+    return free
+
+
+def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: str,
+                      values: dict[str, Value | None], opset: dict[str, int]) -> tuple[dict[str, Graph], list[Value]]:
+    """The node's graph attributes as typed Graphs, and the outer values they capture."""
+    start = captured_start(op)
+    if start is None or any(a.type == onnx.AttributeProto.GRAPHS for a in node.attribute):
+        held = ", ".join(repr(a.name) for a in node.attribute if a.type in _GRAPH_KINDS)
+        raise UnsupportedOpError(f"{where}: attribute {held} holds a subgraph, but meta-op {op.qualname} "
+                                 f"declares no variadic {CAPTURED!r} input to carry the values it reads "
+                                 "from the enclosing graph; only If imports subgraphs so far (Loop and "
+                                 "Scan are not supported yet)")
+    if len(node.input) > start:
+        raise FormatError(f"{where} has {len(node.input)} inputs; {op.qualname} takes {start} "
+                          "besides the values its subgraphs capture")
+    declared = list(op.attrs)  # the op's attribute order (then_branch first), not the proto's
+    held = sorted((a for a in node.attribute if a.type == onnx.AttributeProto.GRAPH),
+                  key=lambda a: declared.index(a.name) if a.name in declared else len(declared))
+    names: list[str] = []
+    for a in held:
+        names += [n for n in _free_names(a.g) if n not in names]
+    captured = []
+    for n in names:
+        if values.get(n) is None:
+            raise FormatError(f"{where}: a subgraph reads {n!r}, which neither the subgraph nor "
+                              "any enclosing graph defines before this node")
+        captured.append(values[n])
+    graphs = {a.name: _import_body(a.g, b.env, names, captured, opset, f"{where} {a.name}") for a in held}
+    return graphs, captured
+
+
+def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captured: list[Value],
+                 opset: dict[str, int], where: str) -> Graph:
+    """One subgraph: its own inputs, then the captured values (typed as outside), its
+    constants and its nodes, typed in the outer graph's symbols (``env`` is shared)."""
+    b = GraphBuilder(graph.name or where, opset=opset, env=env)
+    values: dict[str, Value | None] = {"": None}
+    for vi in graph.input:
+        values[vi.name] = b.input(vi.name, _type_of(vi, env, f"{where} input"))
+    for name, outer in zip(names, captured):
+        values[name] = b.input(name, outer.type)
+    for init in graph.initializer:
+        values[init.name] = b.const(init.name, numpy_helper.to_array(init))
+    for i, node in enumerate(graph.node):
+        _import_node(b, node, i, values, opset)
+    for vi in graph.output:
+        if values.get(vi.name) is None:
+            raise FormatError(f"{where}: output {vi.name!r} is not produced by any node, input or initializer")
+        b.output(values[vi.name])
+    return b.build()
 
 
 @functools.cache

@@ -6,6 +6,7 @@ To add an op: declare it in the file of its family with ``metaop(...)``; nothing
 from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
     activation,
     composite,
+    control,
     elementwise,
     fused,
     linalg,

@@ -42,7 +42,7 @@ import numpy as np
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import MetadefError
 from metadef.ops.infer import InferContext, infer_types
-from metadef.ops.interface import REQUIRED, graph_, resolve_attrs, string
+from metadef.ops.interface import REQUIRED, Param, graph_, resolve_attrs, string
 from metadef.ops.metaop import metaop
 from metadef.ops.numpy_eval import run_node
 from metadef.ops.strategy import Role
@@ -155,7 +155,8 @@ def _fused_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) 
 Fused = metaop(
     "Fused",
     domain=DOMAIN,
-    inputs=("inputs*",), outputs=("outputs*",),
+    # A group's inputs and outputs keep their own dtypes (e.g. float activations and int64 indices).
+    inputs=(Param("inputs", variadic=True, mixed=True),), outputs=(Param("outputs", variadic=True, mixed=True),),
     attrs={"body": graph_(REQUIRED), "kind": string(REQUIRED)},
     types="T in {all}",
     rule=_fused_infer,
