@@ -19,6 +19,7 @@ from metadef.core.errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from metadef.format.custom_metadata import BaseMetadata, register_metadata_type
 from metadef.frontends.onnx import export_onnx, import_onnx
 from metadef.ir import Graph, Node, Value
 from metadef.ops import metaop
@@ -28,6 +29,7 @@ from metadef.runtime.session import Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "BaseMetadata", "register_metadata_type",
     "DTypeError", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Model", "Node",
     "Session", "ShapeError", "UnsupportedOpError", "Value", "__version__", "compile",
     "export_onnx", "import_onnx", "load", "metaop", "optimize", "register_dtype", "save", "zoo",

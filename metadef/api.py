@@ -17,10 +17,13 @@ from typing import Any
 
 from metadef.backends import get_backend
 from metadef.core import flags
-from metadef.core.errors import MetadefError
 from metadef.format import open_mdef, save_graph
+from metadef.format.custom_metadata import encode_metadata
+from metadef.format.precision import PrecisionPlan, load_precision
+from metadef.format.quantize import encode_weights
 from metadef.ir import Graph, verify
 from metadef.passes import optimize
+from metadef.runtime.loader_config import LoaderConfig, as_loader_config
 from metadef.runtime.model import Model
 from metadef.runtime.session import Session
 
@@ -43,28 +46,43 @@ def compile(graph: Graph, target: str = "reference", **options: Any) -> Session:
 
 
 def save(graph: Graph, path: str | os.PathLike, *, metadata: dict[str, Any] | None = None,
-         quantize: str | None = None) -> Path:
+         quantize: str | None = None, prune: float | None = None,
+         precision: str | os.PathLike | dict[str, str] | PrecisionPlan | None = None, **options: Any) -> Path:
     """Write a graph as one .mdef file (atomically: a temporary file, then a rename).
 
     ``metadata``: the hardware / parameters / auxiliary layers and custom ``namespaces``
-    (see docs/format.md). Quantized weight formats (``quantize="float16" | "int8" | "int4"``)
-    are not written yet: asking for one is an error rather than a silent float32 file.
+    (dicts, or instances of registered ``metadef.BaseMetadata`` classes; see docs/format.md).
+    ``quantize``: ``"float16" | "bfloat16" | "int8" | "int4"`` for the weights of
+    contractions (dequantized at load); ``prune``: zero weights with ``|w| < prune`` and store
+    them compactly; ``precision``: per-layer precision (a YAML path or text, or a dict such as
+    ``{"default": "fp16", "conv1": "fp32"}``). ``options`` go to ``save_graph`` (``alignment``,
+    ``version``, ``code``).
 
     Example:
         >>> import tempfile, pathlib, metadef as md
         >>> md.save(md.import_onnx(md.zoo.build("mlp")), pathlib.Path(tempfile.mkdtemp()) / "m.mdef").suffix
         '.mdef'
+        >>> p = md.save(md.import_onnx(md.zoo.build("mlp")), pathlib.Path(tempfile.mkdtemp()) / "q.mdef",
+        ...             quantize="int8")
+        >>> md.load(p).file.tensor_info("fc1.weight").quantization["scheme"]
+        'int8'
     """
-    if quantize is not None:
-        raise MetadefError(f"quantize={quantize!r}: quantized weight formats are not implemented yet "
-                           "(issue 6); save without quantize to get a float32 file")
-    return save_graph(graph, path, metadata=metadata)
+    plan = load_precision(precision, graph)
+    encodings = encode_weights(graph, quantize=quantize, prune=prune, plan=plan) \
+        if quantize or prune or plan else None
+    return save_graph(graph, path, metadata=encode_metadata(metadata), encodings=encodings, **options)
 
 
-def load(path: str | os.PathLike, *, checksum_verify: str = "on_demand", version_strict: bool = True,
-         mmap_enabled: bool = True) -> Model:
+def load(path: str | os.PathLike, *, config: LoaderConfig | dict[str, Any] | str | os.PathLike | None = None,
+         checksum_verify: str | None = None, version_strict: bool | None = None,
+         mmap_enabled: bool | None = None) -> Model:
     """Open a .mdef file: header, metadata and graph read at once, weights mapped and read on
-    first use (zero-copy), checksums verified as asked (``always`` | ``on_demand`` | ``never``).
+    first use (zero-copy; quantized weights are dequantized then), checksums verified as asked
+    (``always`` | ``on_demand`` | ``never``).
+
+    ``config``: a ``LoaderConfig``, a dict or a YAML path (``execution``, ``memory``,
+    ``safety`` sections; see ``metadef.runtime.loader_config``); the keyword arguments, when
+    given, override it.
 
     Example:
         >>> import tempfile, pathlib, metadef as md
@@ -72,8 +90,10 @@ def load(path: str | os.PathLike, *, checksum_verify: str = "on_demand", version
         >>> md.load(p).graph.outputs[0].name
         'probs'
     """
-    return Model(open_mdef(path, checksum_verify=checksum_verify, version_strict=version_strict,
-                           mmap_enabled=mmap_enabled), compile)
+    options = as_loader_config(config).open_options()
+    given = {"checksum_verify": checksum_verify, "version_strict": version_strict, "mmap_enabled": mmap_enabled}
+    options.update({k: v for k, v in given.items() if v is not None})
+    return Model(open_mdef(path, **options), compile)
 
 
 __all__ = ["compile", "load", "optimize", "save"]

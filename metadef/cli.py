@@ -24,6 +24,7 @@ from rich.table import Table
 
 import metadef as md
 from metadef.analysis import find_repeats, lower_bound
+from metadef.cli_convert import convert_command, inspect_mdef, verify_command
 from metadef.core.errors import MetadefError
 from metadef.passes import LEVELS
 from metadef.passes.fuse_groups import group_summary
@@ -153,6 +154,9 @@ def inspect(model: str, as_json: bool, show_graph: bool, level: str | None, no_f
 
     Example: metadef inspect resnet50.onnx --optimize aggressive --no-fuse '/layer1/*'
     """
+    if model.endswith(".mdef"):
+        inspect_mdef(model, as_json=as_json)
+        return
     before = _load_graph(model)
     log = DecisionLog()
     g = _optimized(before, level, no_fuse, disable_rules, debug_log, log)
@@ -346,6 +350,9 @@ def docs_ops(output: Path, no_conformance: bool) -> None:
     path = write_ops_doc(output, conformance=not no_conformance)
     console.print(f"wrote {path}")
 
+
+main.add_command(convert_command)
+main.add_command(verify_command)
 
 if __name__ == "__main__":
     main()

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from metadef.core.dtypes import from_onnx
-from metadef.core.errors import DTypeError
+from metadef.core.errors import DTypeError, FormatError
 from metadef.format import layout
 from metadef.format.errors import (
     BadMagicError,
@@ -48,6 +48,7 @@ from metadef.format.errors import (
     VersionError,
 )
 from metadef.format.graph_codec import decode_graph
+from metadef.format.quantize import decode_tensor, stored_nbytes
 from metadef.ir.graph import Graph, Value
 from metadef.shape import TensorType
 
@@ -106,7 +107,8 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One record of the tensor index, checked: name, dtype, shape, absolute offset, bytes."""
+    """One record of the tensor index, checked: name, dtype, shape, absolute offset, stored bytes,
+    storage format (0 plain; see ``metadef.format.quantize``), index flags and quantization."""
 
     name: str
     dtype: Any
@@ -115,6 +117,8 @@ class TensorInfo:
     nbytes: int
     checksum: int
     format: int
+    flags: int = 0
+    quantization: dict[str, Any] | None = None
 
 
 def _load(path: Path, mmap_enabled: bool) -> tuple[Any, bool, int]:
@@ -371,13 +375,22 @@ class MdefFile:
         except DTypeError as e:
             raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} has dtype code {int(rec['dtype'])}: {e}; "
                                    + _AGAIN) from None
+        fmt, flags, quant = int(rec["format"]), int(rec["flags"]), None
         nbytes = int(np.prod(shape, dtype=object)) * dt.itemsize if shape else dt.itemsize
-        if nbytes != int(rec["byte_length"]) or int(rec["format"]) != 0:
+        if fmt or flags:  # a quantized or pruned weight: its parameters are in the parameter layer
+            tensors = self.layers["parameters"].get("tensors")
+            params = tensors.get(self._name(i)) if isinstance(tensors, dict) else None
+            try:
+                nbytes = stored_nbytes(shape, dt.numpy, fmt, flags, params)
+            except FormatError as e:
+                raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} (format {fmt}): {e}; {_AGAIN}") from None
+            quant = params["quantization"]
+        if nbytes != int(rec["byte_length"]):
             raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} has shape {list(shape)} of {dt.name} "
                                    f"({nbytes} bytes) but {int(rec['byte_length'])} bytes stored in format "
-                                   f"{int(rec['format'])}; {_AGAIN}")
+                                   f"{fmt}; {_AGAIN}")
         return TensorInfo(self._name(i), dt, shape, int(rec["data_offset"]), nbytes, int(rec["checksum"]),
-                          int(rec["format"]))
+                          fmt, flags, quant)
 
     def _check_tensor(self, i: int) -> str | None:
         info = self._info(i)
@@ -393,6 +406,15 @@ class MdefFile:
         info = self._info(i)
         if self.checksum_verify != "never" and i not in self._verified and (why := self._check_tensor(i)):
             raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
+        if info.format or info.flags:  # dequantized on first use, to the original dtype
+            try:
+                view = decode_tensor(self._mv[info.offset:info.offset + info.nbytes], info.shape,
+                                     info.dtype.numpy, info.format, info.flags, {"quantization": info.quantization})
+            except FormatError as e:
+                raise CorruptFileError(f"{self.path}: tensor {info.name!r} at offset {info.offset}: {e}; "
+                                       + _AGAIN) from None
+            self._views[i] = view
+            return view
         count = info.nbytes // info.dtype.itemsize
         view = np.frombuffer(self._buf, info.dtype.numpy, count, info.offset).reshape(info.shape)
         view.flags.writeable = False

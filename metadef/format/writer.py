@@ -34,6 +34,7 @@ from metadef.format import layout
 from metadef.format.compat import SaveOptions, check_version
 from metadef.format.errors import CompatError
 from metadef.format.graph_codec import encode_graph
+from metadef.format.quantize import EncodedTensor
 from metadef.ir.graph import Graph, Value
 
 METADATA_KEYS = ("hardware", "parameters", "auxiliary", "namespaces")
@@ -44,6 +45,9 @@ class _Tensor:
     name: str
     array: np.ndarray
     code: int
+    shape: tuple[int, ...] = ()
+    format: int = 0
+    flags: int = 0
     offset: int = 0
     checksum: int = 0
 
@@ -74,7 +78,7 @@ def execution_order(graph: Graph) -> list[Value]:
     return list(order.values())
 
 
-def _tensors(graph: Graph) -> list[_Tensor]:
+def _tensors(graph: Graph, encodings: Mapping[str, EncodedTensor]) -> list[_Tensor]:
     out = []
     seen: set[str] = set()
     for v in execution_order(graph):
@@ -89,7 +93,11 @@ def _tensors(graph: Graph) -> list[_Tensor]:
                               "store; convert it to a base dtype first")
         if arr.ndim > layout.MAX_RANK:
             raise CompatError(f"constant {v.name!r} has rank {arr.ndim}; format 1.0 holds at most {layout.MAX_RANK}")
-        out.append(_Tensor(v.name, arr.astype(arr.dtype.newbyteorder("<"), copy=False), dt.onnx))
+        enc = encodings.get(v.name)
+        if enc is not None:  # a weight in a quantized / pruned format: its bytes, its logical shape
+            out.append(_Tensor(v.name, np.frombuffer(enc.blob, np.uint8), dt.onnx, arr.shape, enc.format, enc.flags))
+            continue
+        out.append(_Tensor(v.name, arr.astype(arr.dtype.newbyteorder("<"), copy=False), dt.onnx, arr.shape))
     return out
 
 
@@ -110,9 +118,9 @@ def _index_bytes(tensors: list[_Tensor], alignment: int) -> bytes:
     for i, t in enumerate(tensors):
         raw = t.name.encode()
         records[i] = (t.offset, t.array.nbytes, t.checksum, len(names), len(raw), len(dims),
-                      t.code, t.array.ndim, 0, 0, 0)
+                      t.code, len(t.shape), t.format, t.flags, 0)
         names += raw
-        dims.extend(t.array.shape)
+        dims.extend(t.shape)
     return (layout.pack_index_head(len(tensors), len(dims), alignment) + records.tobytes()
             + np.asarray(dims, "<u8").tobytes() + bytes(names))
 
@@ -176,10 +184,11 @@ def _small_sections(graph: Graph, tensors: list[_Tensor], metadata: Mapping[str,
     return out
 
 
-def _plan(graph: Graph, metadata: Mapping[str, Any], alignment: int,
-          code: Mapping[str, bytes]) -> tuple[list[layout.SectionEntry], list[bytes], list[_Tensor], int]:
+def _plan(graph: Graph, metadata: Mapping[str, Any], alignment: int, code: Mapping[str, bytes],
+          encodings: Mapping[str, EncodedTensor] | None = None,
+          ) -> tuple[list[layout.SectionEntry], list[bytes], list[_Tensor], int]:
     """Every section's entry and bytes (data excluded), the tensors placed, and the file length."""
-    tensors = _tensors(graph)
+    tensors = _tensors(graph, encodings or {})
     small = _small_sections(graph, tensors, metadata, alignment, code)
     n_sections = len(small) + 2
     pos = layout.HEADER_SIZE + n_sections * layout.SECTION_ENTRY_SIZE
@@ -189,7 +198,7 @@ def _plan(graph: Graph, metadata: Mapping[str, Any], alignment: int,
         placed.append((type_id, flags, name, blob, pos))
         pos += len(blob)
     index_len = (layout.INDEX_HEAD_SIZE + len(tensors) * layout.INDEX_RECORD_SIZE
-                 + 8 * sum(t.array.ndim for t in tensors) + sum(len(t.name.encode()) for t in tensors))
+                 + 8 * sum(len(t.shape) for t in tensors) + sum(len(t.name.encode()) for t in tensors))
     index_offset = layout.align_up(pos, layout.SECTION_ALIGN)
     data_offset = layout.align_up(index_offset + index_len, alignment)
     data_end = _layout_tensors(tensors, data_offset, alignment)
@@ -208,8 +217,8 @@ def _plan(graph: Graph, metadata: Mapping[str, Any], alignment: int,
 
 
 def _write_all(f: BinaryIO, graph: Graph, metadata: Mapping[str, Any], alignment: int,
-               code: Mapping[str, bytes], version: tuple[int, int]) -> None:
-    entries, blobs, tensors, file_length = _plan(graph, metadata, alignment, code)
+               code: Mapping[str, bytes], version: tuple[int, int], encodings: Mapping[str, EncodedTensor]) -> None:
+    entries, blobs, tensors, file_length = _plan(graph, metadata, alignment, code, encodings)
     table = b"".join(e.pack() for e in entries)
     header = layout.Header(version[0], version[1], 0, len(entries), layout.HEADER_SIZE, file_length,
                            layout.checksum(table))
@@ -243,24 +252,66 @@ def _atomic_write(path: Path, write: Any) -> Path:
     return path
 
 
+def _with_quantization(meta: dict[str, Any], graph: Graph, encodings: Mapping[str, EncodedTensor]) -> None:
+    """The parameter layer's per-tensor ``quantization`` slot belongs to the writer: set for each
+    encoded tensor, removed for the others (a loaded, dequantized graph saves as plain)."""
+    params = dict(meta.get("parameters", {}))
+    tensors = {k: dict(v) for k, v in params.get("tensors", {}).items() if isinstance(v, dict)}
+    if not encodings and not any("quantization" in v for v in tensors.values()):
+        return
+    names = {v.name for v in graph.constants}
+    for name in list(tensors):
+        tensors[name].pop("quantization", None)
+        if not tensors[name]:
+            del tensors[name]
+    for name, enc in encodings.items():
+        if name not in names:
+            raise FormatError(f"an encoding names {name!r}, which is not a constant of graph {graph.name}")
+        tensors.setdefault(name, {}).update(enc.params)
+    meta["parameters"] = {**params, "tensors": tensors}
+
+
+def section_sizes(graph: Graph, *, metadata: Mapping[str, Any] | None = None,
+                  alignment: int = layout.DEFAULT_ALIGNMENT, code: Mapping[str, bytes] | None = None,
+                  encodings: Mapping[str, EncodedTensor] | None = None) -> dict[str, int]:
+    """Bytes per section (and ``"file"``) that ``save_graph`` would write, without writing.
+
+    Example:
+        >>> from metadef.ir import parse_graph
+        >>> g = parse_graph("graph g(%x: f32[2]) -> (%y) { %y: f32[2] = Relu(%x) return %y }")
+        >>> sorted(section_sizes(g))[:3]
+        ['auxiliary', 'data', 'file']
+    """
+    meta = dict(metadata or {})
+    _check_metadata(meta)
+    _with_quantization(meta, graph, encodings or {})
+    entries, _blobs, _tensors, file_length = _plan(graph, meta, alignment, dict(code or {}), encodings)
+    return {**{e.name: e.length for e in entries}, "file": file_length}
+
+
 def save_graph(graph: Graph, path: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None,
                alignment: int = layout.DEFAULT_ALIGNMENT, version: tuple[int, int] = layout.FORMAT_VERSION,
-               code: Mapping[str, bytes] | None = None) -> Path:
+               code: Mapping[str, bytes] | None = None,
+               encodings: Mapping[str, EncodedTensor] | None = None) -> Path:
     """Write ``graph`` (with its weights) as one .mdef file and return its path.
 
     ``metadata`` holds the caller's part of the layers: ``{"hardware": {...}, "parameters":
     {...}, "auxiliary": {...}, "namespaces": {"my_app/v1": {...}}}``. ``alignment`` is 64 or
     4096 (any power of two from 8 to 65536). ``code`` maps a target name to precompiled bytes.
+    ``encodings`` maps a constant's name to its stored form (``metadef.format.quantize``:
+    float16, int8, int4, pruned); the others are stored as they are.
     See the module docstring for an example.
     """
     if not layout.valid_alignment(alignment):
         raise FormatError(f"alignment {alignment} is not a power of two from 8 to 65536 (use 64 or 4096)")
     meta = dict(metadata or {})
     _check_metadata(meta)
+    encodings = dict(encodings or {})
+    _with_quantization(meta, graph, encodings)
     options = SaveOptions(alignment, meta, dict(code or {}))
     check_version(graph, options, version)
     return _atomic_write(Path(path), lambda f: _write_all(f, graph, meta, alignment, options.code,
-                                                          tuple(version)))
+                                                          tuple(version), encodings))
 
 
 def write_compat(graph: Graph, path: str | os.PathLike[str], version: tuple[int, int] = (1, 0),
@@ -279,4 +330,4 @@ def write_compat(graph: Graph, path: str | os.PathLike[str], version: tuple[int,
     return save_graph(graph, path, version=version, **options)
 
 
-__all__ = ["METADATA_KEYS", "execution_order", "metadata_layers", "save_graph", "write_compat"]
+__all__ = ["METADATA_KEYS", "execution_order", "metadata_layers", "save_graph", "section_sizes", "write_compat"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from metadef.format import MdefFile
+from metadef.format.custom_metadata import read_namespace
 from metadef.ir import Graph
 
 
@@ -41,6 +42,10 @@ class Model:
     def metadata(self) -> dict[str, Any]:
         """The metadata the model was saved with (``metadata=`` of ``save``)."""
         return self.file.user_metadata()
+
+    def namespace(self, name: str) -> Any:
+        """Custom metadata ``name``: an instance of its registered class, else the stored dict."""
+        return read_namespace(self.metadata["namespaces"], name)
 
     def compile(self, target: str = "reference", **options: Any) -> Any:
         """Compile the model's graph for a target; returns a Session."""
