@@ -1,0 +1,317 @@
+"""Compiled kernels: ``compile_group`` / ``compile_node`` and the :class:`Kernel` wrapper.
+
+A kernel is compiled once per *structure* (ops, attributes, dtypes, symbolic shapes with the
+symbols renamed in order of appearance, constant values): the in-process cache returns the
+same :class:`Kernel` for the same structure, and one kernel serves every value of the
+symbolic dims, which are run-time arguments.
+
+The call checks what the caller passes (dtypes, ranks, dims against the symbolic shapes, the
+output buffers) and raises :class:`BackendError` naming the kernel and the input; then it
+calls the machine code through ctypes (which releases the GIL for the duration).
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import GraphBuilder
+    >>> from metadef.shape import parse_type
+    >>> b = GraphBuilder("g")
+    >>> x = b.input("x", parse_type("f32[n,3]"))
+    >>> y, = b.node("Relu", [x])
+    >>> b.output(y)
+    >>> kernel = compile_group(b.build(), "relu")
+    >>> out = np.empty((2, 3), np.float32)
+    >>> kernel([np.array([[-1, 2, -3], [4, -5, 6]], np.float32)], [out])
+    >>> out.tolist()
+    [[0.0, 2.0, 0.0], [4.0, 0.0, 6.0]]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metadef.codegen.emit import emit_module
+from metadef.codegen.errors import CodegenUnsupported
+from metadef.codegen.jit import compile_ir
+from metadef.codegen.lower import compose
+from metadef.core.errors import BackendError
+from metadef.ir.graph import Graph, Node, Value
+from metadef.shape import Dim, evaluate, free_symbols, substitute, sym
+
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
+_EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
+_EMPTY_ADDRESS = _EMPTY.ctypes.data
+_CACHE: dict[str, Kernel] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What the kernel expects of one input or output: name, dtype and symbolic shape."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[Dim, ...]
+
+
+class Kernel:
+    """A compiled kernel for one node or one fused group. Sizes are run-time arguments: one
+    Kernel serves every value of the symbolic dims (batch, seq) without compiling again.
+
+    Outputs must not overlap inputs (the generated code assumes no aliasing).
+    """
+
+    def __init__(self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec],
+                 constants: list[np.ndarray], slots: tuple[Dim, ...],
+                 broadcasts: list[tuple[Dim, Dim, str]], address: int, symbol: str) -> None:
+        self.name = name
+        self.symbol = symbol
+        self.inputs, self.outputs = inputs, outputs
+        self.input_dtypes = tuple(s.dtype for s in inputs)
+        self.output_dtypes = tuple(s.dtype for s in outputs)
+        self._constants = [np.ascontiguousarray(c) for c in constants]
+        self._slots = slots
+        self._broadcasts = broadcasts
+        self._function = _ENTRY(address)
+        self._pointer_type = ctypes.c_void_p * (len(inputs) + len(constants) + len(outputs))
+        self._dims_type = ctypes.c_int64 * max(1, len(slots))
+        self._constant_pointers = [c.ctypes.data if c.size else _EMPTY_ADDRESS
+                                   for c in self._constants]
+        self._plan()
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name}: {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+
+    def _fail(self, message: str) -> BackendError:
+        return BackendError(f"kernel {self.name}: {message}")
+
+    def _plan(self) -> None:
+        """Precompute the per-call work: how each dim binds or checks, how each slot is computed."""
+        bound: set[str] = set()
+        self._axis_plans = []
+        for spec in [*self.inputs, *self.outputs]:
+            plan = []
+            for axis, dim in enumerate(spec.shape):
+                atom = None if isinstance(dim, int) else dim.as_atom()
+                name = atom.key[1] if atom is not None and atom.key[0] == "sym" else None
+                plan.append((axis, dim, name))
+                if name is not None:
+                    bound.add(name)
+            self._axis_plans.append(plan)
+        needed = set().union(*(free_symbols(d) for d in self._slots if not isinstance(d, int)),
+                             *(free_symbols(d) for b in self._broadcasts for d in b[:2]
+                               if not isinstance(d, int)))
+        if needed - bound:
+            raise CodegenUnsupported(f"{self.name}: the sizes {sorted(needed - bound)} come from "
+                                     f"no input or output shape")
+        self._slot_plans = [(d, None) if isinstance(d, int) else (d, _symbol(d)) for d in self._slots]
+
+    def _bind(self, plan: list, spec: TensorSpec, shape: tuple[int, ...], env: dict[str, int],
+              later: list[tuple[Dim, int, str]], what: str) -> None:
+        for axis, dim, name in plan:
+            actual = shape[axis]
+            if name is None:
+                if isinstance(dim, int):
+                    if dim != actual:
+                        raise self._fail(f"{what} has shape {shape} but dim {axis} must be {dim} "
+                                         f"(expected {_format(spec.shape)})")
+                else:
+                    later.append((dim, actual, f"{what} dim {axis}"))
+            elif name not in env:
+                env[name] = actual
+            elif env[name] != actual:
+                later.append((dim, actual, f"{what} dim {axis}"))
+
+    def _check(self, spec: TensorSpec, array: Any, what: str) -> np.ndarray:
+        if not isinstance(array, np.ndarray):
+            raise self._fail(f"{what} is a {type(array).__name__}, not a numpy array")
+        if array.dtype != spec.dtype:
+            raise self._fail(f"{what} has dtype {array.dtype}, expected {spec.dtype}")
+        if array.ndim != len(spec.shape):
+            raise self._fail(f"{what} has rank {array.ndim} (shape {array.shape}), expected "
+                             f"{len(spec.shape)} ({_format(spec.shape)})")
+        return array
+
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """Compute into the caller-allocated, C-contiguous ``outputs`` (shapes concrete).
+
+        Inputs may be any numpy arrays of the right dtype (made contiguous if they are not).
+        """
+        if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
+            raise self._fail(f"takes {len(self.inputs)} inputs and {len(self.outputs)} outputs, "
+                             f"got {len(inputs)} and {len(outputs)}")
+        env: dict[str, int] = {}
+        later: list[tuple[Dim, int, str]] = []
+        pointers = self._pointer_type()
+        plans = self._axis_plans
+        keep = []
+        for i, (spec, array) in enumerate(zip(self.inputs, inputs)):
+            if type(array) is not np.ndarray or array.dtype != spec.dtype or array.ndim != len(spec.shape):
+                array = self._check(spec, array, f"input {i} (%{spec.name})")
+            self._bind(plans[i], spec, array.shape, env, later, f"input {i} (%{spec.name})")
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+                keep.append(array)
+            pointers[i] = array.ctypes.data if array.size else _EMPTY_ADDRESS
+        base = len(self.inputs)
+        for j, address in enumerate(self._constant_pointers):
+            pointers[base + j] = address
+        base += len(self._constant_pointers)
+        for k, (spec, array) in enumerate(zip(self.outputs, outputs)):
+            what = f"output {k} (%{spec.name})"
+            array = self._check(spec, array, what)
+            if not (array.flags.c_contiguous and array.flags.writeable):
+                raise self._fail(f"{what} must be a writeable C-contiguous array")
+            self._bind(plans[len(self.inputs) + k], spec, array.shape, env, later, what)
+            pointers[base + k] = array.ctypes.data if array.size else _EMPTY_ADDRESS
+        if later or self._broadcasts:
+            self._check_later(env, later)
+        dims = self._dims_type(*(d if name is None and isinstance(d, int) else
+                                 env[name] if name is not None else evaluate(d, env)
+                                 for d, name in self._slot_plans))
+        self._function(pointers, dims)
+
+    def _check_later(self, env: dict[str, int], later: list[tuple[Dim, int, str]]) -> None:
+        for dim, actual, what in later:
+            expected = _value(dim, env)
+            if expected != actual:
+                raise self._fail(f"{what} is {actual} but must be {dim} = {expected} here")
+        for dim, extent, where in self._broadcasts:
+            d, e = _value(dim, env), _value(extent, env)
+            if d not in (1, e):
+                raise self._fail(f"{where}: a dim of {d} does not broadcast to {e}")
+
+
+def _symbol(d: Dim) -> str | None:
+    atom = None if isinstance(d, int) else d.as_atom()
+    return atom.key[1] if atom is not None and atom.key[0] == "sym" else None
+
+
+def _value(d: Dim, env: dict[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    missing = free_symbols(d) - set(env)
+    if missing:
+        raise BackendError(f"the size {d} depends on {', '.join(sorted(missing))}, which no "
+                           f"input or output shape gives")
+    return evaluate(d, env)
+
+
+def _format(shape: tuple[Dim, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+# ------------------------------------------------------------------------- structure keys
+
+
+def _canonical_shape(shape: tuple[Dim, ...] | None, names: dict[str, str]) -> str:
+    if shape is None:
+        return "?"
+    dims = []
+    for d in shape:
+        for s in sorted(free_symbols(d)) if not isinstance(d, int) else ():
+            names.setdefault(s, f"s{len(names)}")
+        dims.append(str(d if isinstance(d, int) else substitute(d, {k: sym(v) for k, v in names.items()})))
+    return "[" + ",".join(dims) + "]"
+
+
+def _structure_key(body: Any) -> str:
+    """Everything that decides the code: ops, attributes, dtypes, symbolic shapes, constants."""
+    names: dict[str, str] = {}
+    ids: dict[int, int] = {}
+    parts = []
+
+    def ref(v: Any) -> str:
+        if v is None:
+            return "_"
+        if id(v) not in ids:
+            ids[id(v)] = len(ids)
+            t = v.type
+            text = f"{t.dtype.name if t else '?'}{_canonical_shape(t.shape if t else None, names)}"
+            if v.const is not None:
+                text += "=" + hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest()
+            parts.append(f"v{ids[id(v)]}:{text}")
+        return f"v{ids[id(v)]}"
+
+    for v in body.inputs:
+        ref(v)
+    parts.append("|")
+    for n in body.nodes:
+        attrs = sorted((k, repr(a)) for k, a in n.attrs.items())
+        ins = ",".join(ref(v) for v in n.inputs)
+        outs = ",".join(ref(v) for v in n.outputs)
+        parts.append(f"{n.domain}::{n.op}({ins})->{outs}{attrs}")
+    parts.append("->" + ",".join(ref(v) for v in body.outputs))
+    return "\n".join(parts)
+
+
+def _compile(body: Any, name: str) -> Kernel:
+    key = _structure_key(body)
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        group = compose(body)
+        symbol = f"md_kernel_{len(_CACHE)}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+        emitted = emit_module(group, symbol)
+        address = compile_ir(emitted.ir, [symbol], symbol)[symbol]
+        specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
+        outs = [TensorSpec(v.name, o.dtype, o.shape) for v, o in zip(body.outputs, group.outputs)]
+        kernel = Kernel(name, specs, outs, group.constants, emitted.slots, group.broadcasts,
+                        address, symbol)
+        _CACHE[key] = kernel
+        return kernel
+
+
+def compile_group(body: Graph, name: str) -> Kernel:
+    """One kernel for a whole fused group body (the ``body`` attribute of an
+    ``ai.metadef::Fused`` node: its inputs/outputs correspond to the node's), lowered from the
+    semantic expressions of its nodes composed into one loop nest. Raises CodegenUnsupported
+    with the reason when some node of the body cannot be lowered (an opaque op, a contraction).
+    """
+    return _compile(body, name)
+
+
+def compile_node(node: Node) -> Kernel:
+    """One kernel for a single (non-fused) node, from its semantic expression.
+
+    The kernel's inputs are the node's present (non-omitted) inputs in order, constants
+    included; the values of constant inputs that the op reads (axes, ...) are compiled in.
+
+    Example:
+        >>> import numpy as np
+        >>> from metadef.ir import GraphBuilder
+        >>> from metadef.shape import parse_type
+        >>> b = GraphBuilder("g")
+        >>> x = b.input("x", parse_type("f32[n,4]"))
+        >>> y, = b.node("Softmax", [x], {"axis": -1})
+        >>> b.output(y)
+        >>> k = compile_node(b.build().nodes[0])
+        >>> out = np.empty((1, 4), np.float32)
+        >>> k([np.zeros((1, 4), np.float32)], [out])
+        >>> out.tolist()
+        [[0.25, 0.25, 0.25, 0.25]]
+    """
+    inputs = [v for v in node.inputs if v is not None]
+    for v in inputs:
+        if v.type is None:
+            raise BackendError(f"{node.op} at {node.name}: input %{v.name} has no type")
+    body = Graph(node.name or node.op, [Value(v.name, v.type) for v in inputs], list(node.outputs),
+                 [], [])
+    renamed = {id(v): b for v, b in zip(inputs, body.inputs)}
+    reads = node.metaop.reads
+    for i, v in enumerate(node.inputs):
+        if v is not None and i in reads:
+            renamed[id(v)].const = v.const
+    clone = Node(node.op, tuple(None if v is None else renamed[id(v)] for v in node.inputs),
+                 node.outputs, dict(node.attrs), node.name, node.domain)
+    body.nodes.append(clone)
+    return _compile(body, f"{node.op} at {node.name}")
+
+
+__all__ = ["Kernel", "TensorSpec", "compile_group", "compile_node"]
