@@ -43,6 +43,7 @@ class Backend(Protocol):
 
 _BUILTIN = {
     "reference": "metadef.backends.reference:ReferenceBackend",
+    "x86": "metadef.backends.x86:X86Backend",
 }
 
 

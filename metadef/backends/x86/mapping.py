@@ -1,0 +1,333 @@
+"""The x86 backend's op mapping table: for each node, how it runs.
+
+Dispatch is data (STYLE rule 2): ``op_strategies`` (by qualified op name) is looked up first,
+then ``role_strategies`` (by the meta-op's fusion role). A strategy returns a :class:`Choice`
+or, when it does not apply or cannot compile the node, a ``str``: the reason. Strategies are
+tried in order; when all refuse, the node runs on its reference kernel (the numpy oracle)
+with every reason recorded: no silent fallback. ``contraction_kernels`` maps each contraction
+meta-op to its BLAS-backed kernel; a ``Fused`` group anchored by a contraction runs that
+kernel and then its epilogue as one generated kernel.
+
+Example:
+    >>> from metadef.ir import parse_graph
+    >>> g = parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: f32[n,4] = Shape(%x) return %y }")
+    >>> choose(g.nodes[0]).kind
+    'reference'
+    >>> sorted(contraction_kernels)
+    ['Conv', 'Einsum', 'Gemm', 'MatMul', 'ai.metadef::Attention']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metadef.backends.x86 import contractions as blas
+from metadef.core.dtypes import FLOAT32
+from metadef.ir import Graph, Node, Value
+from metadef.ops import Role
+from metadef.ops.defs.fused import run_body
+from metadef.ops.interface import resolve_attrs
+from metadef.ops.numpy_eval import run_node
+from metadef.shape import TensorType, sym
+
+try:  # codegen is the only home of llvmlite: without it, everything runs on the other kernels
+    from metadef.codegen import CodegenUnsupported, compile_group, compile_node
+    CODEGEN_MISSING: str | None = None
+except ImportError as _e:  # pragma: no cover - depends on the installation
+    CodegenUnsupported = compile_group = compile_node = None  # type: ignore[assignment,misc]
+    CODEGEN_MISSING = f"metadef.codegen is not available ({_e})"
+
+# A step's kernel: the node's input arrays and concrete output types -> its output arrays.
+StepKernel = Callable[[Sequence[np.ndarray | None], Sequence[TensorType]], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How one node runs: its kernel, the kind of kernel, and why it was chosen."""
+
+    kernel: StepKernel
+    kind: str
+    reason: str
+    fallback: bool = False
+
+
+Strategy = Callable[[Node], "Choice | str"]
+
+
+def attrs_of(node: Node) -> dict[str, Any]:
+    """The node's attributes with the meta-op's defaults filled in."""
+    op = node.metaop
+    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
+
+
+def _empty(types: Sequence[TensorType]) -> list[np.ndarray]:
+    return [np.empty(tuple(t.shape), t.dtype.numpy) for t in types]
+
+
+def _generated(kernel: Any) -> StepKernel:
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        outs = _empty(out_types)
+        kernel(list(args), outs)
+        return outs
+
+    return run
+
+
+def _compiled(compile_fn: Callable[[], Any]) -> Any:
+    """The codegen kernel, or the reason it cannot be had (a ``str``)."""
+    if CODEGEN_MISSING is not None:
+        return CODEGEN_MISSING
+    try:
+        return compile_fn()
+    except CodegenUnsupported as e:
+        return f"codegen: {e}"
+
+
+# ------------------------------------------------------------------- contraction epilogues
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A contraction-anchored group split in two: the anchor (run through BLAS) and the rest
+    of the body as its own graph, whose first input is the anchor's output.
+
+    Positions refer to the Fused node's inputs and outputs: the anchor reads
+    ``anchor_sources`` (an input position, or a constant kept in the body), the epilogue
+    reads ``input_positions`` after the anchor's output and makes the outputs at
+    ``epilogue_positions``; the outputs at ``anchor_positions`` are the anchor's own.
+    """
+
+    anchor: Node
+    anchor_sources: tuple[tuple[int | None, np.ndarray | None], ...]
+    body: Graph | None
+    input_positions: tuple[int, ...]
+    epilogue_positions: tuple[int, ...]
+    anchor_positions: tuple[int, ...]
+
+    def anchor_args(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+        return [const if i is None else args[i] for i, const in self.anchor_sources]
+
+    def epilogue_args(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+        return [args[i] for i in self.input_positions]
+
+    def assemble(self, y: np.ndarray, outs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        result: list[Any] = [None] * (len(self.anchor_positions) + len(self.epilogue_positions))
+        for p in self.anchor_positions:
+            result[p] = y
+        for p, o in zip(self.epilogue_positions, outs):
+            result[p] = o
+        return result
+
+
+def _anchor_of(node: Node) -> Node | str:
+    body = node.attrs["body"]
+    named = [n for n in body.nodes if n.name == node.meta.get("anchor")]
+    anchors = named or [n for n in body.nodes if n.metaop.role is Role.CONTRACTION]
+    if not anchors:
+        return "no contraction anchor in the group's body"
+    if anchors[0] is not body.nodes[0]:
+        return f"the group has nodes before its anchor {anchors[0].name} (a prologue)"
+    if len(anchors[0].outputs) != 1:
+        return f"the anchor {anchors[0].name} has {len(anchors[0].outputs)} outputs, not one"
+    return anchors[0]
+
+
+def split_epilogue(node: Node) -> Epilogue | str:
+    """Split a contraction-anchored ``Fused`` node (or say why it cannot be split).
+
+    The original body is not touched: the epilogue graph is built from a clone.
+    """
+    found = _anchor_of(node)
+    if isinstance(found, str):
+        return found
+    body: Graph = node.attrs["body"]
+    position = {id(v): i for i, v in enumerate(body.inputs)}
+    sources: list[tuple[int | None, np.ndarray | None]] = []
+    for v in found.inputs:
+        if v is not None and id(v) not in position and v.const is None:
+            return f"the anchor reads %{v.name}, neither an input nor a constant of the body"
+        sources.append((None if v is None else position.get(id(v)), None if v is None else v.const))
+    work = body.clone()
+    head, rest = work.nodes[0], work.nodes[1:]
+    y = head.outputs[0]
+    anchor_positions = tuple(i for i, o in enumerate(work.outputs) if o is y)
+    epilogue_positions = tuple(i for i, o in enumerate(work.outputs) if o is not y)
+    if not rest:
+        return Epilogue(found, tuple(sources), None, (), epilogue_positions, anchor_positions)
+    y.producer = None
+    used = {id(v) for n in rest for v in n.inputs if v is not None}
+    inputs = [(i, v) for i, v in enumerate(work.inputs) if id(v) in used]
+    epilogue = Graph(f"{body.name}/epilogue", [y, *(v for _, v in inputs)],
+                     [work.outputs[i] for i in epilogue_positions], rest,
+                     [c for c in work.constants if id(c) in used], dict(work.opset), work.env)
+    return Epilogue(found, tuple(sources), epilogue, tuple(i for i, _ in inputs),
+                    epilogue_positions, anchor_positions)
+
+
+# ------------------------------------------------------------------------------ strategies
+
+
+def generated_node(node: Node) -> Choice | str:
+    """One generated kernel for a single node (from its semantic expression)."""
+    if node.metaop.semantics.opaque:
+        return f"{node.qualop} is opaque (no index expression to generate code from)"
+    kernel = _compiled(lambda: compile_node(node))
+    if isinstance(kernel, str):
+        return kernel
+    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel")
+
+
+def generated_group(node: Node) -> Choice | str:
+    """One generated kernel for a whole fused group body."""
+    kernel = _compiled(lambda: compile_group(node.attrs["body"], node.name))
+    if isinstance(kernel, str):
+        return kernel
+    return Choice(_generated(kernel), "generated", f"fused group ({node.attrs.get('kind')}): one LLVM kernel")
+
+
+def _generated_softmax(rank: int, dtype: Any) -> blas.SoftmaxFn | str:
+    """A generated softmax over the last axis of a rank-``rank`` tensor (symbolic sizes)."""
+    t = TensorType(dtype, tuple(sym(f"d{i}") for i in range(rank)))
+    x, y = Value("scores", t), Value("probs", t)
+    node = Node("Softmax", (x,), (y,), {"axis": -1}, "/x86/attention_softmax")
+    y.producer = node
+    kernel = _compiled(lambda: compile_node(node))
+    if isinstance(kernel, str):
+        return kernel
+
+    def softmax(s: np.ndarray) -> np.ndarray:
+        out = np.empty_like(s)
+        kernel([s], [out])
+        return out
+
+    return softmax
+
+
+def _attention(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:
+    q = anchor.inputs[0].type
+    rank = len(q.shape) if q is not None and q.shape is not None else 0
+    softmax = _generated_softmax(rank, q.dtype if q is not None else FLOAT32) if rank else "rank unknown"
+    if isinstance(softmax, str):
+        return blas.attention_kernel(attrs), f"batched sgemm + numpy softmax ({softmax})"
+    return blas.attention_kernel(attrs, softmax), "batched sgemm + generated softmax"
+
+
+def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:
+    x, w = (v.type for v in anchor.inputs[:2])
+    shapes = [None if t is None or t.shape is None else t.shape for t in (x, w)]
+    static = all(s is not None and all(isinstance(d, int) for d in s[1:]) for s in shapes)
+    variant = blas.conv_variant(attrs, (1, *shapes[0][1:]), shapes[1]) if static else "chosen per shape"
+    return blas.conv_kernel(attrs), variant
+
+
+# contraction meta-op -> (builder of its kernel from attrs and node -> (kernel, description))
+contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.ContractionFn, str]]] = {
+    "MatMul": lambda attrs, node: (blas.matmul_kernel(attrs), "blas sgemm (np.matmul)"),
+    "Gemm": lambda attrs, node: (blas.gemm_kernel(attrs), "blas sgemm (np.matmul) + alpha/beta*C"),
+    "Conv": _conv,
+    "Einsum": lambda attrs, node: (blas.einsum_kernel(attrs), "np.einsum(optimize=True)"),
+    "ai.metadef::Attention": _attention,
+}
+
+
+def library_contraction(node: Node) -> Choice | str:
+    """A contraction node through its BLAS-backed kernel."""
+    build = contraction_kernels.get(node.qualop)
+    if build is None:
+        return f"no x86 contraction kernel for {node.qualop}"
+    fn, how = build(attrs_of(node), node)
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return [fn(args).astype(out_types[0].dtype.numpy, copy=False)]
+
+    return Choice(run, "blas", how)
+
+
+def contraction_group(node: Node) -> Choice | str:
+    """A fused group anchored by a contraction: BLAS, then the epilogue as one kernel."""
+    kind = str(node.attrs.get("kind", ""))
+    if Role.CONTRACTION.value not in kind.split("+"):
+        return f"group kind {kind!r} has no contraction anchor"
+    split = split_epilogue(node)
+    if isinstance(split, str):
+        return split
+    build = contraction_kernels.get(split.anchor.qualop)
+    if build is None:
+        return f"no x86 contraction kernel for the anchor {split.anchor.qualop}"
+    fn, how = build(attrs_of(split.anchor), split.anchor)
+    if split.body is None:
+        return Choice(_with_epilogue(fn, split, None), "blas", how)
+    kernel = _compiled(lambda: compile_group(split.body, f"{node.name}/epilogue"))
+    if isinstance(kernel, str):
+        return Choice(_with_epilogue(fn, split, None), "blas+reference epilogue",
+                      f"{how}; epilogue on the reference: {kernel}", fallback=True)
+    return Choice(_with_epilogue(fn, split, kernel), "blas+generated epilogue", f"{how}; epilogue: one LLVM kernel")
+
+
+def _with_epilogue(fn: blas.ContractionFn, split: Epilogue, kernel: Any) -> StepKernel:
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        y = fn(split.anchor_args(args))
+        if split.body is None:
+            return [y]
+        epi_args = [y, *split.epilogue_args(args)]
+        if kernel is None:
+            epi_outs = run_body(split.body, epi_args)
+        else:
+            epi_outs = _empty([out_types[i] for i in split.epilogue_positions])
+            kernel(epi_args, epi_outs)
+        return split.assemble(y, epi_outs)
+
+    return run
+
+
+def reference(node: Node, reason: str) -> Choice:
+    """The node's reference kernel (the numpy oracle), with the reason it was chosen."""
+    op, attrs = node.metaop, attrs_of(node)
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return run_node(op, attrs, args, out_types, node.name)
+
+    return Choice(run, "reference", reason, fallback=True)
+
+
+# --------------------------------------------------------------------------------- tables
+
+op_strategies: dict[str, tuple[Strategy, ...]] = {
+    "ai.metadef::Fused": (contraction_group, generated_group),
+}
+
+role_strategies: dict[Role, tuple[Strategy, ...]] = {
+    Role.ELEMENTWISE: (generated_node,),
+    Role.BROADCAST: (generated_node,),
+    Role.INJECTIVE: (generated_node,),
+    Role.REDUCTION: (generated_node,),
+    Role.CONTRACTION: (library_contraction,),
+    Role.OPAQUE: (),
+}
+
+
+def choose(node: Node) -> Choice:
+    """The first strategy that takes the node, else its reference kernel with the reasons."""
+    strategies = op_strategies.get(node.qualop)
+    if strategies is None:
+        strategies = role_strategies.get(node.metaop.role, ())
+    reasons: list[str] = []
+    for strategy in strategies:
+        got = strategy(node)
+        if isinstance(got, Choice):
+            if got.fallback and reasons:
+                return Choice(got.kernel, got.kind, "; ".join([*reasons, got.reason]), True)
+            return got
+        reasons.append(got)
+    if not strategies:
+        reasons.append(f"{node.metaop.role.value} op {node.qualop}: no x86 kernel (runs alone, from its reference)")
+    return reference(node, "; ".join(reasons))
+
+
+__all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "choose",
+           "contraction_group", "contraction_kernels", "generated_group", "generated_node",
+           "library_contraction", "op_strategies", "reference", "role_strategies", "split_epilogue"]
