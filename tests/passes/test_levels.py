@@ -74,10 +74,11 @@ def test_unknown_level_and_unmatched_no_fuse_are_clear_errors():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("level", ["safe", "moderate", "aggressive"])
 @pytest.mark.parametrize("name", ["mlp", "resnet50", "mobilenetv2", "bert"])
-def test_zoo_models_match_onnxruntime_at_aggressive(name):
+def test_zoo_models_match_onnxruntime_at_every_level(name, level):
     proto = md.zoo.build(name)
-    graph = optimize(md.import_onnx(proto, name=name), level="aggressive")
+    graph = optimize(md.import_onnx(proto, name=name), level=level)
     verify(graph, types=True)
     dims = {"batch": 2, "seq": 37} if name == "bert" else {"batch": 2}
     check = compare_with_onnxruntime(proto, md.zoo.describe(name).example_inputs(**dims), graph=graph)

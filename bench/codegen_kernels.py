@@ -1,4 +1,4 @@
-"""Compile times and kernel speed of generated code (run: ``python -m tests.codegen.bench_kernels``).
+"""Compile times and kernel speed of generated code (run: ``python bench/codegen_kernels.py``).
 
 Prints, from one run: the median compile time per kernel, the total for the non-contraction
 groups and nodes of each zoo model, and for big elementwise/reduction cases the time of the
@@ -14,15 +14,38 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
-from scipy.special import erf
 
 import metadef as md
 from metadef.codegen import CodegenUnsupported, compile_group, compile_node
 from metadef.codegen.kernel import _CACHE
+from metadef.ir import Graph, GraphBuilder
 from metadef.ops import get_op
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
-from tests.codegen.support import one_node, random
+from metadef.ops.numpy_eval.functions import erf  # numpy-only erf (scipy is not a dependency)
+from metadef.shape import parse_type
+
+RNG = np.random.default_rng(0)
+
+
+def random(shape: tuple[int, ...]) -> np.ndarray:
+    return RNG.uniform(-3, 3, shape).astype(np.float32)
+
+
+def one_node(op: str, types: list[str | None], attrs: dict | None = None,
+             consts: dict[int, np.ndarray] | None = None) -> Graph:
+    """A graph of one node; ``types`` like ``"f32[n,4]"`` (None: an omitted input)."""
+    b = GraphBuilder("bench")
+    inputs = []
+    for i, t in enumerate(types):
+        if t is None:
+            inputs.append(None)
+        elif consts and i in consts:
+            inputs.append(b.const(f"c{i}", consts[i]))
+        else:
+            inputs.append(b.input(f"x{i}", parse_type(t)))
+    b.output(*b.node(op, inputs, attrs or {}))
+    return b.build()
 
 
 def _median_time(fn: Callable[[], object], repeat: int) -> float:
