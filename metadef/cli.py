@@ -24,6 +24,7 @@ from rich.table import Table
 
 import metadef as md
 from metadef.analysis import find_repeats, lower_bound
+from metadef.cli_bench import bench_command
 from metadef.cli_convert import convert_command, inspect_mdef, verify_command
 from metadef.core.errors import MetadefError
 from metadef.passes import LEVELS
@@ -373,6 +374,7 @@ def docs_ops(output: Path, no_conformance: bool) -> None:
 
 main.add_command(convert_command)
 main.add_command(verify_command)
+main.add_command(bench_command)
 
 if __name__ == "__main__":
     main()

@@ -8,9 +8,13 @@ never needs anything rebuilt. The sizes are read from the arrays at run time.
 - ``Gemm``: ``np.matmul`` on (transposed) views, then ``alpha`` and ``beta * C`` in place.
 - ``Conv`` (1-D/2-D/3-D; grouped, strided, dilated, padded): im2col through a strided view,
   then one batched ``sgemm`` over the groups; a 1x1 stride-1 unpadded conv skips im2col (a
-  reshape); a depthwise conv (one input channel per group) is a batched matrix-vector product
-  of its im2col, or, for large images, a loop over the kernel offsets on strided views
-  (chosen by measurement on MobileNetV2's shapes: the loop wins above ~8k output pixels).
+  reshape). A depthwise conv (one input channel per group, no channel multiplier) runs as a
+  generated kernel when the caller gives a compiler (``depthwise=``, see
+  :func:`depthwise_node`): the input is zero-padded into a reused buffer, so the generated
+  loop nest reads in bounds and vectorizes, 5-20x faster than numpy on MobileNetV2's shapes.
+  Without one it is a batched matrix-vector product of its im2col, or, for large images, a
+  loop over the kernel offsets on strided views (the loop wins above ~8k output pixels).
+  The padded input is kept per thread and per kernel, and reused while its shape holds.
 - ``Einsum``: ``np.einsum(optimize=True)``.
 - ``Attention``: two batched ``sgemm`` around a softmax (a generated kernel when the caller
   gives one, else numpy).
@@ -31,7 +35,9 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,11 +45,17 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError
+from metadef.ir import Node, Value
+from metadef.ops import REGISTRY, MetaOp, Role, Semantics, get_op
 from metadef.ops.defs.nn_pool import window
+from metadef.shape import Dim, TensorType, sym
 
 ContractionFn = Callable[[Sequence[np.ndarray | None]], np.ndarray]
 SoftmaxFn = Callable[[np.ndarray], np.ndarray]
+# compiles one node to a kernel ``kernel(inputs, outputs)``, or raises (codegen's compile_node)
+NodeCompiler = Callable[[Node], Any]
 
 DEPTHWISE_LOOP_PIXELS = 8192  # measured: above this many output pixels the offset loop wins
 
@@ -153,11 +165,15 @@ def einsum_kernel(attrs: Mapping[str, Any]) -> ContractionFn:
 # ------------------------------------------------------------------------------------ Conv
 
 
-def conv_variant(attrs: Mapping[str, Any], x_shape: Sequence[int], w_shape: Sequence[int]) -> str:
-    """Which conv kernel runs for these shapes (the choice recorded in the plan)."""
+def conv_variant(attrs: Mapping[str, Any], x_shape: Sequence[int], w_shape: Sequence[int],
+                 generated: bool = False) -> str:
+    """Which conv kernel runs for these shapes (the choice recorded in the plan);
+    ``generated``: a depthwise kernel could be compiled for them."""
     group = int(attrs.get("group") or 1)
     nd = len(x_shape) - 2
     if w_shape[1] == 1 and group > 1:
+        if generated:
+            return "depthwise: padded input + generated window-sum kernel"
         win = window(attrs, x_shape[2:], w_shape[2:])
         pixels = math.prod(_out_sizes(x_shape[2:], win))
         if pixels >= DEPTHWISE_LOOP_PIXELS:
@@ -181,12 +197,20 @@ def _out_sizes(spatial: Sequence[int], win: Any) -> list[int]:
             for h, k, s, d, b, e in zip(spatial, win.kernel, win.strides, win.dilations, win.begin, win.end)]
 
 
-def _padded(x: np.ndarray, begin: Sequence[int], end: Sequence[int]) -> np.ndarray:
+def _padded(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
+            scratch: threading.local | None = None) -> np.ndarray:
+    """``x`` zero-padded; with ``scratch``, into this thread's buffer of the last call (its
+    border is still zero: only the interior is written), so no allocation while shapes hold."""
     if not any(begin) and not any(end):
         return x
     if min(*begin, *end) < 0:
         raise BackendError(f"negative conv pads {list(begin)} / {list(end)} are not supported")
-    out = np.zeros((*x.shape[:2], *(h + b + e for h, b, e in zip(x.shape[2:], begin, end))), x.dtype)
+    shape = (*x.shape[:2], *(h + b + e for h, b, e in zip(x.shape[2:], begin, end)))
+    out = getattr(scratch, "padded", None)
+    if out is None or out.shape != shape or out.dtype != x.dtype:
+        out = np.zeros(shape, x.dtype)
+        if scratch is not None:
+            scratch.padded = out
     out[(slice(None), slice(None), *(slice(b, b + h) for b, h in zip(begin, x.shape[2:])))] = x
     return out
 
@@ -237,9 +261,109 @@ def _conv_depthwise(xp: np.ndarray, w: np.ndarray, win: Any, out: list[int]) -> 
     return y
 
 
-def conv_kernel(attrs: Mapping[str, Any]) -> ContractionFn:
-    """ONNX Conv on NCHW-style arrays (any number of spatial axes), bias included."""
+X86_DOMAIN = "ai.metadef.x86"
+
+
+def _depthwise_semantics(attrs: Mapping[str, Any], shapes: Sequence[Sequence[Dim] | None],
+                         ) -> tuple[str, dict[str, Any]]:
+    """``Y[n, k, p..] = B[k] + sum[r..] X[n, k, p*S + r*D - B..] * W[k, 0, r..]``."""
+    x, w = shapes[0], shapes[1]
+    nd = len(x) - 2
+    params = window(attrs, x[2:], w[2:]).params()
+    ps, rs = (", ".join(f"{v}{i}" for i in range(nd)) for v in ("p", "r"))
+    reads = ", ".join(f"p{i}*S{i} + r{i}*D{i} - B{i}" for i in range(nd))
+    bias = "B[k] + " if len(shapes) > 2 and shapes[2] is not None else ""
+    return f"Y[n, k, {ps}] = {bias}sum[{rs}] X[n, k, {reads}] * W[k, 0, {rs}]", params
+
+
+def _declare_depthwise() -> MetaOp:
+    """``ai.metadef.x86::DepthwiseConv``: Conv's interface and shape rule, a per-channel window
+    sum as semantics, and the reduction role, so that codegen lowers it like a pooling op."""
+    found = REGISTRY.get("DepthwiseConv", X86_DOMAIN)
+    if found is not None:
+        return found
+    conv = get_op("Conv")
+    op = dataclasses.replace(
+        conv, name="DepthwiseConv", domain=X86_DOMAIN, semantics=Semantics(_depthwise_semantics),
+        strategy=dataclasses.replace(conv.strategy, role=Role.REDUCTION),
+        doc="x86 backend: a depthwise Conv (group = channels) as a generated window sum.")
+    return REGISTRY.register(op)
+
+
+DEPTHWISE_CONV = _declare_depthwise()
+
+
+def depthwise_node(x_shape: Sequence[int], w_shape: Sequence[int], bias: bool, dtype: np.dtype,
+                   win: Any) -> Node:
+    """A ``DepthwiseConv`` node over an already padded input (pads 0, batch symbolic).
+
+    Example:
+        >>> from metadef.ops.defs.nn_pool import window
+        >>> win = window({"strides": [2, 2]}, (9, 9), (3, 3))
+        >>> node = depthwise_node((1, 8, 9, 9), (8, 1, 3, 3), True, np.dtype(np.float32), win)
+        >>> str(node.outputs[0].type)
+        'f32[n,8,4,4]'
+    """
+    t = from_numpy(dtype)
+    spatial = _out_sizes(x_shape[2:], win)
+    xv = Value("x", TensorType(t, (sym("n"), *x_shape[1:])))
+    wv = Value("w", TensorType(t, tuple(w_shape)))
+    inputs = (xv, wv, Value("b", TensorType(t, (w_shape[0],)))) if bias else (xv, wv)
+    y = Value("y", TensorType(t, (sym("n"), w_shape[0], *spatial)))
+    nd = len(spatial)
+    attrs = {"group": int(w_shape[0]), "kernel_shape": list(w_shape[2:]), "strides": list(win.strides),
+             "dilations": list(win.dilations), "pads": [0] * (2 * nd)}
+    node = Node(DEPTHWISE_CONV.name, inputs, (y,), attrs, "/x86/depthwise", domain=X86_DOMAIN)
+    y.producer = node
+    return node
+
+
+class _DepthwiseKernels:
+    """Generated depthwise kernels, one per (padded input dims but the batch, weight shape,
+    bias, dtype, strides, dilations); a refusal is kept too, so it is asked once."""
+
+    def __init__(self, compile_fn: NodeCompiler) -> None:
+        self._compile = compile_fn
+        self._kernels: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+        self.refusals: list[str] = []
+
+    def get(self, x_shape: Sequence[int], w_shape: Sequence[int], bias: bool, dtype: np.dtype,
+            win: Any) -> Any:
+        key = (tuple(x_shape[1:]), tuple(w_shape), bias, dtype.str, win.strides, win.dilations)
+        if key not in self._kernels:
+            with self._lock:
+                if key not in self._kernels:
+                    try:
+                        self._kernels[key] = self._compile(depthwise_node(x_shape, w_shape, bias, dtype, win))
+                    except Exception as e:  # any refusal: the numpy path runs
+                        self.refusals.append(f"{type(e).__name__}: {e}")
+                        self._kernels[key] = None
+        return self._kernels[key]
+
+    def run(self, xp: np.ndarray, w: np.ndarray, b: np.ndarray | None, win: Any,
+            out: Sequence[int]) -> np.ndarray | None:
+        kernel = self.get(xp.shape, w.shape, b is not None, xp.dtype, win)
+        if kernel is None:
+            return None
+        y = np.empty((xp.shape[0], w.shape[0], *out), xp.dtype)
+        args = [xp, w.astype(xp.dtype, copy=False)]
+        if b is not None:
+            args.append(b.astype(xp.dtype, copy=False))
+        kernel(args, [y])
+        return y
+
+
+def conv_kernel(attrs: Mapping[str, Any], depthwise: NodeCompiler | None = None) -> ContractionFn:
+    """ONNX Conv on NCHW-style arrays (any number of spatial axes), bias included.
+
+    ``depthwise``: a node compiler (codegen's ``compile_node``) for depthwise convs; kernels
+    are compiled once per channel count, padded spatial size and dtype (the batch stays a
+    run-time argument) and kept; when it refuses, the numpy path runs.
+    """
     group = int(attrs.get("group") or 1)
+    scratch = threading.local()
+    generated = _DepthwiseKernels(depthwise) if depthwise is not None else None
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
         x, w = args[0], args[1]
@@ -250,10 +374,14 @@ def conv_kernel(attrs: Mapping[str, Any]) -> ContractionFn:
         win = window(attrs, x.shape[2:], kernel)
         win = type(win)(kernel, win.strides, win.dilations, tuple(int(v) for v in win.begin),
                         tuple(int(v) for v in win.end))
-        xp = _padded(x, win.begin, win.end)
+        xp = _padded(x, win.begin, win.end, scratch)
         zero = type(win)(kernel, win.strides, win.dilations, (0,) * len(kernel), (0,) * len(kernel))
         out = _out_sizes(xp.shape[2:], zero)
         if w.shape[1] == 1 and group > 1:
+            if generated is not None and w.shape[0] == x.shape[1]:
+                y = generated.run(xp, w, b, zero, out)
+                if y is not None:
+                    return y
             y = _conv_depthwise(xp, w, zero, out)
         else:
             y = _conv_gemm(xp, w, group, zero, out)
@@ -261,6 +389,7 @@ def conv_kernel(attrs: Mapping[str, Any]) -> ContractionFn:
             y += b.reshape(-1, *(1,) * len(out))
         return y
 
+    run.depthwise_refusals = generated.refusals if generated is not None else []  # type: ignore[attr-defined]
     return run
 
 
@@ -291,6 +420,7 @@ def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softma
     return run
 
 
-__all__ = ["DEPTHWISE_LOOP_PIXELS", "BlasInfo", "ContractionFn", "SoftmaxFn", "attention_kernel",
-           "blas_info", "blas_threads", "conv_kernel", "conv_variant", "einsum_kernel", "gemm_kernel",
-           "matmul_kernel", "numpy_softmax", "set_blas_threads"]
+__all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
+           "NodeCompiler", "SoftmaxFn", "attention_kernel", "blas_info", "blas_threads", "conv_kernel",
+           "conv_variant", "depthwise_node", "einsum_kernel", "gemm_kernel", "matmul_kernel",
+           "numpy_softmax", "set_blas_threads"]

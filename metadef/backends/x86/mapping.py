@@ -217,11 +217,25 @@ def _attention(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.Contraction
 
 
 def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:
+    """im2col + sgemm, or for a depthwise conv a generated kernel (compiled here when the
+    shapes but the batch are known, else on first use per shape)."""
     x, w = (v.type for v in anchor.inputs[:2])
     shapes = [None if t is None or t.shape is None else t.shape for t in (x, w)]
     static = all(s is not None and all(isinstance(d, int) for d in s[1:]) for s in shapes)
-    variant = blas.conv_variant(attrs, (1, *shapes[0][1:]), shapes[1]) if static else "chosen per shape"
-    return blas.conv_kernel(attrs), variant
+    fn = blas.conv_kernel(attrs, depthwise=None if CODEGEN_MISSING is not None else compile_node)
+    if not static:
+        return fn, "chosen per shape"
+    x_shape, w_shape = (1, *shapes[0][1:]), tuple(shapes[1])
+    generated = False
+    if w_shape[1] == 1 and int(attrs.get("group") or 1) > 1 and w_shape[0] == x_shape[1] \
+            and CODEGEN_MISSING is None and x.dtype == FLOAT32:
+        try:  # compile now (one run on zeros), so that the first real run compiles nothing
+            bias = [np.zeros(w_shape[0], np.float32)] if len(anchor.inputs) > 2 and anchor.inputs[2] is not None else []
+            fn([np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32), *bias])
+            generated = not getattr(fn, "depthwise_refusals", [])
+        except Exception as e:  # the numpy path still runs; say why
+            return fn, f"{blas.conv_variant(attrs, x_shape, w_shape)} (prewarm failed: {e})"
+    return fn, blas.conv_variant(attrs, x_shape, w_shape, generated)
 
 
 # contraction meta-op -> (builder of its kernel from attrs and node -> (kernel, description))
