@@ -25,6 +25,7 @@ from rich.table import Table
 import metadef as md
 from metadef.analysis import find_repeats, lower_bound
 from metadef.cli_bench import bench_command
+from metadef.cli_cache import cache_group
 from metadef.cli_convert import convert_command, inspect_mdef, verify_command
 from metadef.core.errors import MetadefError
 from metadef.passes import LEVELS
@@ -375,6 +376,7 @@ def docs_ops(output: Path, no_conformance: bool) -> None:
 main.add_command(convert_command)
 main.add_command(verify_command)
 main.add_command(bench_command)
+main.add_command(cache_group)
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from functools import cache
 
+import llvmlite
 import llvmlite.binding as llvm
 
 from metadef.core.errors import BackendError
@@ -34,6 +35,11 @@ _LOCK = threading.RLock()
 _STATE: dict[str, object] = {}
 _OBJECTS: dict[str, bytes] = {}
 _COUNT = [0]
+_GENERATED = [0]
+
+PIPELINE = "new-pm O3: loop+slp vectorize, unroll, interleave; mcjit jitdefault"
+"""What turns IR into object code here; part of every compile-cache key (change it with
+:func:`_optimize` or :func:`_target_machine`)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def compile_ir(ir: str, symbols: list[str], name: str) -> dict[str, int]:
             raise BackendError(f"LLVM rejected the IR of kernel {name}: {e}") from e
         _optimize(module)
         obj = _target_machine().emit_object(module)
+        _GENERATED[0] += 1
         _OBJECTS[name] = obj
         return load_object(obj, symbols)
 
@@ -164,6 +171,29 @@ def object_code(name: str) -> bytes | None:
     return _OBJECTS.get(name)
 
 
+def toolchain() -> dict[str, str]:
+    """Everything about the compiler and the host that can change object code (for cache keys).
+
+    Example:
+        >>> sorted(toolchain())
+        ['cpu_features', 'llvm', 'llvmlite', 'pipeline', 'triple']
+    """
+    host = host_target()
+    return {"llvmlite": str(llvmlite.__version__), "llvm": ".".join(map(str, llvm.llvm_version_info)),
+            "triple": host.triple, "cpu_features": host.features, "pipeline": PIPELINE}
+
+
+def generated_count() -> int:
+    """How many modules this process has optimized and code-generated with LLVM (a compile
+    cache hit links stored object code: :func:`compile_count` grows, this does not).
+
+    Example:
+        >>> generated_count() <= compile_count()
+        True
+    """
+    return _GENERATED[0]
+
+
 def compile_count() -> int:
     """How many LLVM modules this process has compiled so far.
 
@@ -174,5 +204,5 @@ def compile_count() -> int:
     return _COUNT[0]
 
 
-__all__ = ["HostTarget", "compile_count", "compile_ir", "host_target", "load_object",
-           "object_code", "optimized_ir"]
+__all__ = ["PIPELINE", "HostTarget", "compile_count", "compile_ir", "host_target", "load_object",
+           "generated_count", "object_code", "optimized_ir", "toolchain"]

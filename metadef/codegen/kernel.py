@@ -29,15 +29,17 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from metadef.codegen.emit import emit_module
 from metadef.codegen.errors import CodegenUnsupported
-from metadef.codegen.jit import compile_ir
+from metadef.codegen.jit import compile_ir, load_object, object_code
 from metadef.codegen.lower import compose
 from metadef.core.errors import BackendError
 from metadef.ir.graph import Graph, Node, Value
@@ -48,6 +50,49 @@ _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
 _EMPTY_ADDRESS = _EMPTY.ctypes.data
 _CACHE: dict[str, Kernel] = {}
 _LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """A compiled kernel apart from its IR: object code and what :class:`Kernel` needs around
+    it, so that a compile cache can rebuild the kernel without running LLVM."""
+
+    symbol: str
+    object_code: bytes
+    outputs: tuple[tuple[np.dtype, tuple[Dim, ...]], ...]
+    constants: tuple[np.ndarray, ...]
+    slots: tuple[Dim, ...]
+    broadcasts: tuple[tuple[Dim, Dim, str], ...]
+
+
+class KernelStore(Protocol):
+    """Where compiled kernels come from and go to, outside this process (the compile cache,
+    L7, implements it; codegen never imports it). ``structure`` is the kernel's structural key."""
+
+    def load(self, structure: str, name: str) -> KernelCode | None: ...
+
+    def save(self, structure: str, name: str, code: KernelCode) -> None: ...
+
+    def seen(self, structure: str, name: str) -> None:
+        """The kernel was found in this process's own cache."""
+
+
+_STORE: ContextVar[KernelStore | None] = ContextVar("metadef_kernel_store", default=None)
+
+
+@contextmanager
+def kernel_store(store: KernelStore | None) -> Iterator[None]:
+    """Consult ``store`` for every kernel compiled inside the ``with`` block.
+
+    Example:
+        >>> with kernel_store(None):
+        ...     pass
+    """
+    token = _STORE.set(store)
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -252,20 +297,37 @@ def _structure_key(body: Any) -> str:
 
 def _compile(body: Any, name: str) -> Kernel:
     key = _structure_key(body)
+    store = _STORE.get()
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
+            if store is not None:
+                store.seen(key, name)
             return hit
-        group = compose(body)
-        symbol = f"md_kernel_{len(_CACHE)}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
-        emitted = emit_module(group, symbol)
-        address = compile_ir(emitted.ir, [symbol], symbol)[symbol]
+        code = store.load(key, name) if store is not None else None
+        if code is not None:
+            address = load_object(code.object_code, [code.symbol])[code.symbol]
+        else:
+            code, address = _generate(body, key)
+            if store is not None:
+                store.save(key, name, code)
         specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
-        outs = [TensorSpec(v.name, o.dtype, o.shape) for v, o in zip(body.outputs, group.outputs)]
-        kernel = Kernel(name, specs, outs, group.constants, emitted.slots, group.broadcasts,
-                        address, symbol)
+        outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
+        kernel = Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts),
+                        address, code.symbol)
         _CACHE[key] = kernel
         return kernel
+
+
+def _generate(body: Any, key: str) -> tuple[KernelCode, int]:
+    """Lower, emit and JIT one kernel: its code and its address."""
+    group = compose(body)
+    symbol = f"md_kernel_{len(_CACHE)}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    emitted = emit_module(group, symbol)
+    address = compile_ir(emitted.ir, [symbol], symbol)[symbol]
+    code = KernelCode(symbol, object_code(symbol) or b"", tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
+                      tuple(group.constants), tuple(emitted.slots), tuple(group.broadcasts))
+    return code, address
 
 
 def compile_group(body: Graph, name: str) -> Kernel:
@@ -314,4 +376,5 @@ def compile_node(node: Node) -> Kernel:
     return _compile(body, f"{node.op} at {node.name}")
 
 
-__all__ = ["Kernel", "TensorSpec", "compile_group", "compile_node"]
+__all__ = ["Kernel", "KernelCode", "KernelStore", "TensorSpec", "compile_group", "compile_node",
+           "kernel_store"]

@@ -39,6 +39,7 @@ import numpy as np
 
 from metadef.backends.x86.contractions import set_blas_threads
 from metadef.backends.x86.mapping import Choice, StepKernel, choose
+from metadef.cache import compile_cached
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import Graph, Node, format_node
@@ -202,12 +203,18 @@ class X86Backend:
 
     name = "x86"
 
-    def compile(self, graph: Graph, *, threads: int | None = None, **options: Any) -> X86Executable:
+    def compile(self, graph: Graph, *, threads: int | None = None, cache: bool = True,
+                **options: Any) -> X86Executable:
+        """Compile ``graph``; with ``cache`` (the default) through the compile cache
+        (:mod:`metadef.cache`): the same graph again in this process returns the same
+        executable, and every kernel already on disk is linked without running LLVM."""
         if options:
-            raise BackendError(f"the x86 backend takes only threads=, got {sorted(options)}")
+            raise BackendError(f"the x86 backend takes only threads= and cache=, got {sorted(options)}")
         if threads is not None:
             set_blas_threads(threads)
-        return X86Executable(graph, threads)
+        if not cache:
+            return X86Executable(graph, threads)
+        return compile_cached(graph, self.name, {"threads": threads}, lambda: X86Executable(graph, threads))
 
 
 __all__ = ["PlanEntry", "X86Backend", "X86Executable"]

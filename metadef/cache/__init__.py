@@ -1,0 +1,185 @@
+"""The three-level compile cache (L7): whole models, kernels, shape specializations.
+
+A backend wraps its compile in :func:`compile_cached`: the model-level key (graph content
+hash, target, options, compiler versions, CPU features) is looked up in this process first
+(compiling the same graph twice returns the same executable at once), then on disk; while the
+backend builds its executable, every kernel that codegen compiles is looked up on disk by its
+structural key (:class:`DiskKernelStore`, handed down through ``codegen.kernel_store``), so a
+hit links stored object code and runs neither LLVM's optimizer nor its code generator. Shape
+specializations have their key (:func:`shape_key`) and level in the store, ready for a backend
+that compiles them.
+
+Example:
+    >>> import os, tempfile
+    >>> os.environ["METADEF_CACHE_DIR"] = tempfile.mkdtemp()
+    >>> from metadef.ir import parse_graph
+    >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: f32[n] = Relu(%x) return %y }")
+    >>> calls = []
+    >>> exe = compile_cached(g, "toy", {}, lambda: calls.append(1) or "executable")
+    >>> exe, compile_cached(g, "toy", {}, lambda: calls.append(1) or "again"), len(calls)
+    ('executable', 'executable', 1)
+    >>> Store().info()["levels"]["model"]["entries"]
+    1
+    >>> del os.environ["METADEF_CACHE_DIR"]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+
+from metadef.cache.keys import (
+    LEVELS,
+    CacheKey,
+    environment,
+    explain_difference,
+    graph_hash,
+    kernel_key,
+    model_key,
+    shape_key,
+)
+from metadef.cache.store import DEFAULT_MAX_BYTES, Entry, Store
+from metadef.codegen.kernel import KernelCode, kernel_store
+from metadef.ir import Graph
+from metadef.shape import Dim, parse_dim
+
+log = logging.getLogger("metadef.cache")
+T = TypeVar("T")
+
+MEMORY_ENTRIES = 32
+"""How many compiled models this process keeps in memory (least recently used go first)."""
+_MEMORY: OrderedDict[str, Any] = OrderedDict()
+_MEMORY_LOCK = threading.Lock()
+
+
+def _dim(d: Dim) -> int | str:
+    return d if isinstance(d, int) else str(d)
+
+
+def _undim(d: int | str) -> Dim:
+    return d if isinstance(d, int) else parse_dim(d)
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def encode_kernel(code: KernelCode) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """A kernel's code as an entry's manifest (JSON: symbol, output types, size slots) and
+    blobs (the object code, each compiled-in constant as ``.npy``): no pickle anywhere."""
+    manifest = {"symbol": code.symbol,
+                "outputs": [[np.dtype(dt).str, [_dim(d) for d in shape]] for dt, shape in code.outputs],
+                "slots": [_dim(d) for d in code.slots],
+                "broadcasts": [[_dim(a), _dim(b), where] for a, b, where in code.broadcasts],
+                "constants": len(code.constants)}
+    blobs = {"object": code.object_code, **{f"const{i}": _npy(c) for i, c in enumerate(code.constants)}}
+    return manifest, blobs
+
+
+def decode_kernel(entry: Entry) -> KernelCode:
+    """The inverse of :func:`encode_kernel`."""
+    m = entry.manifest
+    constants = tuple(np.load(io.BytesIO(entry.blobs[f"const{i}"]), allow_pickle=False)
+                      for i in range(int(m["constants"])))
+    return KernelCode(str(m["symbol"]), entry.blobs["object"],
+                      tuple((np.dtype(dt), tuple(_undim(d) for d in shape)) for dt, shape in m["outputs"]),
+                      constants, tuple(_undim(d) for d in m["slots"]),
+                      tuple((_undim(a), _undim(b), str(w)) for a, b, w in m["broadcasts"]))
+
+
+class DiskKernelStore:
+    """Codegen's :class:`~metadef.codegen.kernel.KernelStore` on top of the on-disk store; it
+    records which kernel key each kernel (by name) used, for the model-level entry."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.used: dict[str, str] = {}
+
+    def load(self, structure: str, name: str) -> KernelCode | None:
+        key = kernel_key(structure)
+        self.used[name] = key.digest
+        try:
+            entry = self.store.get(key)
+            return None if entry is None else decode_kernel(entry)
+        except (OSError, KeyError, ValueError, TypeError) as e:  # a readable but wrong entry: rebuild
+            log.warning("cache: kernel entry %s cannot be used (%s): compiling", key.short, e)
+            return None
+
+    def save(self, structure: str, name: str, code: KernelCode) -> None:
+        key = kernel_key(structure)
+        self.used[name] = key.digest
+        manifest, blobs = encode_kernel(code)
+        try:
+            self.store.put(key, {**manifest, "name": name}, blobs)
+        except OSError as e:
+            log.warning("cache: cannot write kernel %s under %s (%s)", key.short, self.store.root, e)
+
+    def seen(self, structure: str, name: str) -> None:
+        self.used[name] = kernel_key(structure).digest
+
+
+def _plan(executable: Any) -> list[Any]:
+    plan = getattr(executable, "plan", None) or []
+    return [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else repr(p) for p in plan]
+
+
+def _remember(digest: str, executable: Any) -> None:
+    with _MEMORY_LOCK:
+        _MEMORY[digest] = executable
+        _MEMORY.move_to_end(digest)
+        while len(_MEMORY) > MEMORY_ENTRIES:
+            _MEMORY.popitem(last=False)
+
+
+def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build: Callable[[], T],
+                   store: Store | None = None) -> T:
+    """``build()``'s executable for ``graph``, from memory, or built with every kernel looked
+    up in (and written to) the on-disk cache; the model-level entry records the kernel keys
+    per kernel name and the plan. Cache trouble (an unwritable directory) never fails a compile.
+    """
+    key = model_key(graph_hash(graph), target, options)
+    with _MEMORY_LOCK:
+        hit = _MEMORY.get(key.digest)
+        if hit is not None:
+            _MEMORY.move_to_end(key.digest)
+            return hit
+    store = store or Store()
+    try:
+        entry = store.get(key)
+    except OSError as e:
+        log.warning("cache: cannot read %s (%s): compiling without the cache", store.root, e)
+        return build()
+    kernels = DiskKernelStore(store)
+    with kernel_store(kernels):
+        executable = build()
+    if entry is None or entry.manifest.get("kernels") != kernels.used:
+        try:
+            store.put(key, {"graph": graph.name, "target": target, "kernels": kernels.used,
+                            "plan": _plan(executable)}, {})
+        except (OSError, TypeError, ValueError) as e:
+            log.warning("cache: cannot write the model entry for %s (%s)", graph.name, e)
+    with contextlib.suppress(OSError):
+        store.flush_stats()
+    _remember(key.digest, executable)
+    return executable
+
+
+def forget_in_memory() -> None:
+    """Drop the in-memory model level (the next compile of a graph goes to the disk)."""
+    with _MEMORY_LOCK:
+        _MEMORY.clear()
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "LEVELS", "CacheKey", "DiskKernelStore", "Entry", "Store", "compile_cached",
+           "decode_kernel", "encode_kernel", "environment", "explain_difference", "forget_in_memory",
+           "graph_hash", "kernel_key", "model_key", "shape_key"]
