@@ -14,7 +14,11 @@ from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
     nn_norm,
     nn_pool,
     nn_resize,
+    quantized,
     reduce,
+    rnn,
+    signal,
     tensor,
     tensor_index,
+    vision,
 )
