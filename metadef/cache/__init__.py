@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -129,8 +130,9 @@ class DiskKernelStore:
 
 
 def _plan(executable: Any) -> list[Any]:
+    """The executable's plan as JSON would read it back (tuples become lists)."""
     plan = getattr(executable, "plan", None) or []
-    return [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else repr(p) for p in plan]
+    return json.loads(json.dumps([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else repr(p) for p in plan]))
 
 
 def _remember(digest: str, executable: Any) -> None:
@@ -141,13 +143,60 @@ def _remember(digest: str, executable: Any) -> None:
             _MEMORY.popitem(last=False)
 
 
+class PlanMismatch(Exception):
+    """A stored model plan that does not fit the graph, or whose kernels cannot be loaded;
+    :func:`compile_cached` logs the reason and compiles as usual."""
+
+
+KernelLoader = Callable[[str], KernelCode]
+"""Loads one kernel's code by the digest of its kernel-level key (raises :class:`PlanMismatch`)."""
+Replay = Callable[[list[Any], KernelLoader], T]
+"""Rebuilds an executable from a stored plan (as the executable's ``plan`` was written)."""
+
+
+def _loader(store: Store) -> KernelLoader:
+    env = environment()
+
+    def load(digest: str) -> KernelCode:
+        try:
+            entry = store.get_digest("kernel", digest, env)
+            if entry is not None:
+                return decode_kernel(entry)
+            reason = "missing or damaged"
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            reason = str(e)
+        raise PlanMismatch(f"kernel {digest[:10]} cannot be loaded ({reason})")
+
+    return load
+
+
+def _replayed(key: CacheKey, graph: Graph, entry: Entry, replay: Replay[T], store: Store) -> T | None:
+    """The executable rebuilt from the entry's stored plan, or None (the reason is logged)."""
+    plan = entry.manifest.get("plan")
+    try:
+        if not isinstance(plan, list):
+            raise PlanMismatch("the entry has no plan")
+        return replay(plan, _loader(store))
+    except PlanMismatch as e:
+        log.warning("cache: the stored plan %s does not fit %s (%s): compiling", key.short, graph.name, e)
+        return None
+
+
 def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build: Callable[[], T],
-                   store: Store | None = None) -> T:
+                   store: Store | None = None, *, replay: Replay[T] | None = None,
+                   weights: bool = True) -> T:
     """``build()``'s executable for ``graph``, from memory, or built with every kernel looked
     up in (and written to) the on-disk cache; the model-level entry records the kernel keys
     per kernel name and the plan. Cache trouble (an unwritable directory) never fails a compile.
+
+    ``replay``: on a model-level hit on disk, rebuild the executable from the stored plan
+    (its kernels load by digest: no structural keys, no LLVM) instead of calling ``build``;
+    if the plan does not fit (:class:`PlanMismatch`), say why and build. ``weights=False``:
+    the backend passes weights to its kernels at run time, so they count in the model key
+    by dtype and shape only (:func:`~metadef.cache.keys.graph_hash`); their values still
+    reach each kernel key that compiles them in.
     """
-    key = model_key(graph_hash(graph), target, options)
+    key = model_key(graph_hash(graph, weights), target, options)
     with _MEMORY_LOCK:
         hit = _MEMORY.get(key.digest)
         if hit is not None:
@@ -159,15 +208,17 @@ def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build:
     except OSError as e:
         log.warning("cache: cannot read %s (%s): compiling without the cache", store.root, e)
         return build()
-    kernels = DiskKernelStore(store)
-    with kernel_store(kernels):
-        executable = build()
-    if entry is None or entry.manifest.get("kernels") != kernels.used:
-        try:
-            store.put(key, {"graph": graph.name, "target": target, "kernels": kernels.used,
-                            "plan": _plan(executable)}, {})
-        except (OSError, TypeError, ValueError) as e:
-            log.warning("cache: cannot write the model entry for %s (%s)", graph.name, e)
+    executable = None if entry is None or replay is None else _replayed(key, graph, entry, replay, store)
+    if executable is None:
+        kernels = DiskKernelStore(store)
+        with kernel_store(kernels):
+            executable = build()
+        plan = _plan(executable)
+        if entry is None or entry.manifest.get("kernels") != kernels.used or entry.manifest.get("plan") != plan:
+            try:
+                store.put(key, {"graph": graph.name, "target": target, "kernels": kernels.used, "plan": plan}, {})
+            except (OSError, TypeError, ValueError) as e:
+                log.warning("cache: cannot write the model entry for %s (%s)", graph.name, e)
     with contextlib.suppress(OSError):
         store.flush_stats()
     _remember(key.digest, executable)
@@ -180,6 +231,7 @@ def forget_in_memory() -> None:
         _MEMORY.clear()
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "LEVELS", "CacheKey", "DiskKernelStore", "Entry", "Store", "compile_cached",
+__all__ = ["DEFAULT_MAX_BYTES", "LEVELS", "CacheKey", "DiskKernelStore", "Entry", "KernelLoader", "PlanMismatch",
+           "Replay", "Store", "compile_cached",
            "decode_kernel", "encode_kernel", "environment", "explain_difference", "forget_in_memory",
            "graph_hash", "kernel_key", "model_key", "shape_key"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -31,6 +31,7 @@ import numpy as np
 import xxhash
 
 from metadef.codegen.jit import toolchain
+from metadef.core.errors import UnsupportedOpError
 from metadef.ir import Graph, Value
 
 LEVELS = ("model", "kernel", "shape")
@@ -184,11 +185,32 @@ def _attr_text(value: Any) -> str:
     return repr(value)
 
 
-def graph_hash(graph: Graph) -> str:
+def _read_constants(graph: Graph) -> set[int]:
+    """The ids of the constants some node reads at compile time (its meta-op's ``reads``)."""
+    read: set[int] = set()
+    for n in graph.nodes:
+        try:
+            positions: Iterable[int] = n.metaop.reads
+        except UnsupportedOpError:  # an op no one registered: every constant input counts
+            positions = range(len(n.inputs))
+        for i in positions:
+            if i < len(n.inputs) and n.inputs[i] is not None and n.inputs[i].const is not None:
+                read.add(id(n.inputs[i]))
+    return read
+
+
+def graph_hash(graph: Graph, weights: bool = True) -> str:
     """The content hash of a graph: its structure (ops, attributes, types, wiring, nested
     bodies) and the hash of every constant's bytes. Value and node names do not count.
 
+    With ``weights=False`` the *weights* count by dtype and shape only: the constants of the
+    top-level graph that no op reads at compile time (``reads``), which a backend passes to
+    its kernels as run-time arguments. Constants an op reads (axes, shapes) and every
+    constant of a nested body (a fused group's body is compiled whole) still count by value.
+    A backend that compiles weights into its code must keep the default.
+
     Example:
+        >>> import numpy as np
         >>> from metadef.ir import parse_graph
         >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: f32[n] = Relu(%x) return %y }")
         >>> h = parse_graph("graph h(%a: f32[n]) -> (%b) { %b: f32[n] = Relu(%a) return %b }")
@@ -196,28 +218,35 @@ def graph_hash(graph: Graph) -> str:
         True
     """
     ids: dict[int, int] = {}
-    h = xxhash.xxh3_128()
+    by_value = None if weights else _read_constants(graph)
+    parts: list[str] = []
 
     def ref(v: Value | None) -> str:
         if v is None:
             return "_"
-        if id(v) not in ids:
-            ids[id(v)] = len(ids)
-            const = "" if v.const is None else "=" + array_hash(v.const)
-            h.update(f"v{ids[id(v)]}:{v.type}{const};".encode())
-        return f"v{ids[id(v)]}"
+        got = ids.get(id(v))
+        if got is None:
+            got = ids[id(v)] = len(ids)
+            if v.const is None:
+                const = ""
+            elif by_value is None or id(v) in by_value:
+                const = "=" + array_hash(v.const)
+            else:
+                const = "=weight"
+            parts.append(f"v{got}:{v.type}{const};")
+        return f"v{got}"
 
     for v in [*graph.inputs, *graph.constants]:
         ref(v)
-    h.update(b"|")
+    parts.append("|")
     for n in graph.nodes:
-        ins = ",".join(ref(v) for v in n.inputs)
-        outs = ",".join(ref(v) for v in n.outputs)
-        attrs = ",".join(f"{k}={_attr_text(a)}" for k, a in sorted(n.attrs.items()))
-        meta = ",".join(f"{k}={v!r}" for k, v in sorted(n.meta.items()) if isinstance(v, (str, int, bool)))
-        h.update(f"{n.domain}::{n.op}({ins})->{outs}{{{attrs}}}[{meta}];".encode())
-    h.update(("->" + ",".join(ref(v) for v in graph.outputs)).encode())
-    return h.hexdigest()
+        ins = ",".join([ref(v) for v in n.inputs])
+        outs = ",".join([ref(v) for v in n.outputs])
+        attrs = ",".join([f"{k}={_attr_text(a)}" for k, a in sorted(n.attrs.items())])
+        meta = ",".join([f"{k}={v!r}" for k, v in sorted(n.meta.items()) if isinstance(v, (str, int, bool))])
+        parts.append(f"{n.domain}::{n.op}({ins})->{outs}{{{attrs}}}[{meta}];")
+    parts.append("->" + ",".join([ref(v) for v in graph.outputs]))
+    return xxhash.xxh3_128_hexdigest("".join(parts).encode())
 
 
 __all__ = ["LEVELS", "CacheKey", "array_hash", "environment", "explain_difference", "graph_hash",

@@ -160,6 +160,38 @@ class Store:
         self._pending[f"{key.level}.hits"] += 1
         return entry
 
+    def get_digest(self, level: str, digest: str, env: Mapping[str, str]) -> Entry | None:
+        """The entry of ``level`` named ``digest`` (as a stored plan names its kernels), or None.
+
+        The entry's own key must hash to ``digest`` and agree with ``env`` on every component
+        ``env`` has (versions, triple, CPU features): a kernel built elsewhere is never loaded.
+        """
+        path = self.root / level / f"{digest}{SUFFIX}"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            self._pending[f"{level}.misses"] += 1
+            return None
+        try:
+            entry = decode_entry(data)
+            stored = entry.manifest.get("key")
+            if not isinstance(stored, dict) or CacheKey(level, tuple(sorted(stored.items()))).digest != digest:
+                raise CorruptEntry("the stored key differs from the file's name")
+        except CorruptEntry as e:
+            log.warning("cache: %s entry %s is damaged (%s): deleted, will be rebuilt", level, digest[:10], e)
+            self._pending[f"{level}.corrupt"] += 1
+            self._pending[f"{level}.misses"] += 1
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        if any(stored.get(k) != v for k, v in env.items()):
+            self._pending[f"{level}.misses"] += 1
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        self._pending[f"{level}.hits"] += 1
+        return entry
+
     def put(self, key: CacheKey, manifest: Mapping[str, Any], blobs: Mapping[str, bytes]) -> None:
         """Write the entry atomically (temporary file, then rename), then keep under the cap."""
         path = self.path(key)

@@ -295,8 +295,85 @@ def _structure_key(body: Any) -> str:
     return "\n".join(parts)
 
 
+_LINKED: dict[str, int] = {}  # symbol -> address of every object linked into the JIT
+_REPLAY: ContextVar[list[KernelCode] | None] = ContextVar("metadef_kernel_replay", default=None)
+_RECORD: ContextVar[list[str] | None] = ContextVar("metadef_kernel_record", default=None)
+
+
+@contextmanager
+def replay_kernels(codes: Sequence[KernelCode]) -> Iterator[list[KernelCode]]:
+    """Inside the block, each kernel compiled takes the next of ``codes`` (a stored plan's
+    kernels, in the order they were compiled) instead of computing its structural key: no
+    key, no LLVM. Yields what is left (empty when every code was used); once the codes run
+    out, kernels compile as usual. A code whose outputs do not fit the body raises
+    :class:`BackendError`.
+
+    Example:
+        >>> with replay_kernels([]) as left:
+        ...     pass
+        >>> left
+        []
+    """
+    left = list(codes)
+    token = _REPLAY.set(left)
+    try:
+        yield left
+    finally:
+        _REPLAY.reset(token)
+
+
+@contextmanager
+def record_kernels() -> Iterator[list[str]]:
+    """Yield a list that receives the structural key of every kernel compiled in the block
+    (whether generated, loaded or found in this process; not those that failed), in order.
+
+    Example:
+        >>> with record_kernels() as keys:
+        ...     pass
+        >>> keys
+        []
+    """
+    keys: list[str] = []
+    token = _RECORD.set(keys)
+    try:
+        yield keys
+    finally:
+        _RECORD.reset(token)
+
+
+def _link(code: KernelCode) -> int:
+    """The address of ``code``'s entry point, linking its object code once per process."""
+    address = _LINKED.get(code.symbol)
+    if address is None:
+        address = _LINKED[code.symbol] = load_object(code.object_code, [code.symbol])[code.symbol]
+    return address
+
+
+def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = False) -> Kernel:
+    if check and (len(code.outputs) != len(body.outputs) or any(
+            v.type is None or v.type.dtype.numpy != dtype or len(v.type.shape or ()) != len(shape)
+            for v, (dtype, shape) in zip(body.outputs, code.outputs))):
+        raise BackendError(f"kernel {name}: the code {code.symbol} does not fit the body's outputs")
+    specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
+    outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
+    return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol)
+
+
 def _compile(body: Any, name: str) -> Kernel:
+    replay = _REPLAY.get()
+    if replay:
+        code = replay.pop(0)
+        with _LOCK:
+            return _kernel(body, name, code, _link(code), check=True)
     key = _structure_key(body)
+    kernel = _compile_keyed(body, name, key)
+    record = _RECORD.get()
+    if record is not None:
+        record.append(key)
+    return kernel
+
+
+def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
     store = _STORE.get()
     with _LOCK:
         hit = _CACHE.get(key)
@@ -306,15 +383,13 @@ def _compile(body: Any, name: str) -> Kernel:
             return hit
         code = store.load(key, name) if store is not None else None
         if code is not None:
-            address = load_object(code.object_code, [code.symbol])[code.symbol]
+            address = _link(code)
         else:
             code, address = _generate(body, key)
+            _LINKED[code.symbol] = address
             if store is not None:
                 store.save(key, name, code)
-        specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
-        outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
-        kernel = Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts),
-                        address, code.symbol)
+        kernel = _kernel(body, name, code, address)
         _CACHE[key] = kernel
         return kernel
 
@@ -323,6 +398,8 @@ def _generate(body: Any, key: str) -> tuple[KernelCode, int]:
     """Lower, emit and JIT one kernel: its code and its address."""
     group = compose(body)
     symbol = f"md_kernel_{len(_CACHE)}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    if symbol in _LINKED:  # linked from a stored plan under this name: pick another
+        symbol = f"{symbol}_{len(_LINKED)}"
     emitted = emit_module(group, symbol)
     address = compile_ir(emitted.ir, [symbol], symbol)[symbol]
     code = KernelCode(symbol, object_code(symbol) or b"", tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
@@ -377,4 +454,4 @@ def compile_node(node: Node) -> Kernel:
 
 
 __all__ = ["Kernel", "KernelCode", "KernelStore", "TensorSpec", "compile_group", "compile_node",
-           "kernel_store"]
+           "kernel_store", "record_kernels", "replay_kernels"]

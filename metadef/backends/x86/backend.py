@@ -31,15 +31,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from metadef.backends.x86.contractions import set_blas_threads
-from metadef.backends.x86.mapping import Choice, StepKernel, choose
-from metadef.cache import compile_cached
+from metadef.backends.x86.mapping import Choice, StepKernel, choose, replay
+from metadef.cache import PlanMismatch, compile_cached, kernel_key
+from metadef.codegen.kernel import KernelCode, record_kernels, replay_kernels
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import Graph, Node, format_node
@@ -60,6 +61,9 @@ class PlanEntry:
     kind: str
     reason: str
     fallback: bool
+    strategy: str = "reference"
+    kernels: tuple[str, ...] = ()
+    """The kernel-level cache keys (digests) of the kernels compiled for the node, in order."""
 
 
 @dataclass
@@ -74,7 +78,53 @@ class _Step:
 class X86Executable:
     """A graph compiled for x86: one chosen kernel per node (see the module doc)."""
 
-    def __init__(self, graph: Graph, threads: int | None = None) -> None:
+    def __init__(self, graph: Graph, threads: int | None = None,
+                 kernel_id: Callable[[str], str] | None = None) -> None:
+        """Choose each node's kernel from the mapping table; with ``kernel_id`` (structural
+        key -> cache digest) each plan entry lists the kernels its node compiled."""
+        choices: list[tuple[Choice, tuple[str, ...]]] = []
+        for n in graph.nodes:
+            if kernel_id is None:
+                choices.append((choose(n), ()))
+                continue
+            with record_kernels() as structures:
+                choice = choose(n)
+            choices.append((choice, tuple(kernel_id(k) for k in structures)))
+        self._assemble(graph, threads, choices)
+
+    @classmethod
+    def from_plan(cls, graph: Graph, threads: int | None, plan: list[Any],
+                  load: Callable[[str], KernelCode]) -> X86Executable:
+        """The executable a stored plan describes (``PlanEntry`` fields as dicts): each node
+        runs its recorded strategy with its recorded kernels, loaded by digest. Raises
+        :class:`PlanMismatch` when the plan does not fit the graph."""
+        if len(plan) != len(graph.nodes):
+            raise PlanMismatch(f"the plan has {len(plan)} nodes, the graph {len(graph.nodes)}")
+        try:
+            codes = {d: load(d) for d in dict.fromkeys(d for p in plan for d in p["kernels"])}
+            choices = [(cls._replay(n, p, codes), tuple(p["kernels"])) for n, p in zip(graph.nodes, plan)]
+        except (KeyError, TypeError) as e:
+            raise PlanMismatch(f"a plan entry is malformed ({type(e).__name__}: {e})") from e
+        executable = cls.__new__(cls)
+        executable._assemble(graph, threads, choices)
+        return executable
+
+    @staticmethod
+    def _replay(n: Node, p: Mapping[str, Any], codes: Mapping[str, KernelCode]) -> Choice:
+        if p["node"] != n.name or p["op"] != n.qualop:
+            raise PlanMismatch(f"the plan has {p['node']} ({p['op']}) where the graph has {n.name} ({n.qualop})")
+        with replay_kernels([codes[d] for d in p["kernels"]]) as left:
+            try:
+                got = replay(n, str(p["strategy"]), str(p["reason"]), bool(p["fallback"]))
+            except MetadefError as e:
+                got = f"{type(e).__name__}: {e}"
+        if isinstance(got, str) or got.kind != p["kind"] or left:
+            why = got if isinstance(got, str) else (f"{len(left)} kernels unused" if left else f"kind {got.kind}")
+            raise PlanMismatch(f"{n.name} ({n.qualop}): {why}, the plan says {p['strategy']} -> {p['kind']}")
+        return got
+
+    def _assemble(self, graph: Graph, threads: int | None,
+                  choices: list[tuple[Choice, tuple[str, ...]]]) -> None:
         self.graph = graph
         self.threads = threads
         ids = {id(v): i for i, v in enumerate(graph.values())}
@@ -84,9 +134,9 @@ class X86Executable:
         self.output_ids = [ids[id(v)] for v in graph.outputs]
         self.steps: list[_Step] = []
         self.plan: list[PlanEntry] = []
-        for n in graph.nodes:
-            choice: Choice = choose(n)
-            self.plan.append(PlanEntry(n.name, n.qualop, choice.kind, choice.reason, choice.fallback))
+        for n, (choice, kernels) in zip(graph.nodes, choices):
+            self.plan.append(PlanEntry(n.name, n.qualop, choice.kind, choice.reason, choice.fallback,
+                                       choice.strategy, kernels))
             if choice.fallback:
                 log.info("x86: %s (%s) runs on %s: %s", n.name, n.qualop, choice.kind, choice.reason)
             self.steps.append(_Step(n, choice.kernel, choice.kind,
@@ -207,14 +257,21 @@ class X86Backend:
                 **options: Any) -> X86Executable:
         """Compile ``graph``; with ``cache`` (the default) through the compile cache
         (:mod:`metadef.cache`): the same graph again in this process returns the same
-        executable, and every kernel already on disk is linked without running LLVM."""
+        executable, and every kernel already on disk is linked without running LLVM. On a
+        model-level hit the executable is rebuilt from the stored plan (each node's strategy
+        and kernel keys) without searching the mapping table. Weights enter the model key by
+        dtype and shape only: kernels take them as run-time arguments, and a constant that a
+        kernel compiles in is part of that kernel's key, which the plan records."""
         if options:
             raise BackendError(f"the x86 backend takes only threads= and cache=, got {sorted(options)}")
         if threads is not None:
             set_blas_threads(threads)
         if not cache:
             return X86Executable(graph, threads)
-        return compile_cached(graph, self.name, {"threads": threads}, lambda: X86Executable(graph, threads))
+        return compile_cached(
+            graph, self.name, {"threads": threads},
+            lambda: X86Executable(graph, threads, lambda structure: kernel_key(structure).digest),
+            replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load), weights=False)
 
 
 __all__ = ["PlanEntry", "X86Backend", "X86Executable"]

@@ -53,6 +53,8 @@ class Choice:
     kind: str
     reason: str
     fallback: bool = False
+    strategy: str = "reference"
+    """The name of the strategy that made the choice (see :func:`strategy_named`)."""
 
 
 Strategy = Callable[[Node], "Choice | str"]
@@ -333,15 +335,35 @@ def choose(node: Node) -> Choice:
     for strategy in strategies:
         got = strategy(node)
         if isinstance(got, Choice):
-            if got.fallback and reasons:
-                return Choice(got.kernel, got.kind, "; ".join([*reasons, got.reason]), True)
-            return got
+            reason = "; ".join([*reasons, got.reason]) if got.fallback and reasons else got.reason
+            return Choice(got.kernel, got.kind, reason, got.fallback, strategy.__name__)
         reasons.append(got)
     if not strategies:
         reasons.append(f"{node.metaop.role.value} op {node.qualop}: no x86 kernel (runs alone, from its reference)")
     return reference(node, "; ".join(reasons))
 
 
+def strategy_named(name: str) -> Strategy | None:
+    """The strategy of the two tables called ``name`` (a stored plan names each node's)."""
+    tables: list[Mapping[Any, tuple[Strategy, ...]]] = [op_strategies, role_strategies]
+    return next((s for table in tables for group in table.values() for s in group if s.__name__ == name), None)
+
+
+def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | str:
+    """The choice a stored plan made for ``node``, rebuilt by running only the named
+    strategy (no search through the tables), or why it cannot be (a ``str``)."""
+    if strategy == "reference":
+        return reference(node, reason)
+    run = strategy_named(strategy)
+    if run is None:
+        return f"no strategy named {strategy!r} in the x86 tables"
+    got = run(node)
+    if isinstance(got, str):
+        return f"{strategy} refused {node.name}: {got}"
+    return Choice(got.kernel, got.kind, reason, fallback, strategy)
+
+
 __all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "choose",
            "contraction_group", "contraction_kernels", "generated_group", "generated_node",
-           "library_contraction", "op_strategies", "reference", "role_strategies", "split_epilogue"]
+           "library_contraction", "op_strategies", "reference", "replay", "role_strategies", "split_epilogue",
+           "strategy_named"]
