@@ -11,7 +11,6 @@ _TRAINING_DROPOUT = ("Dropout with training_mode=true is random; metadef runs in
                      "expected output comes from one particular random mask)")
 _STRING = "string tensors: metadef compiles numeric graphs (tokenize outside the model)"
 _NOT_TENSOR = "the graph input is a sequence or an optional, not a tensor: not supported yet (issue 7)"
-_LOOP = "the expanded form of Range uses Loop, which is control flow (issue 7)"
 _E8M0 = ("casting to float8e8m0 with round_mode rounds on exponent bits; ml_dtypes' conversion "
          "does not implement round_mode, and no exact vectorized formulation is written yet")
 
@@ -26,10 +25,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_equal_string_broadcast": _STRING,
     "test_identity_sequence": _NOT_TENSOR,
     "test_identity_opt": _NOT_TENSOR,
-    "test_range_float_type_positive_delta_expanded": _LOOP,
-    "test_range_float16_type_positive_delta_expanded": _LOOP,
-    "test_range_bfloat16_type_positive_delta_expanded": _LOOP,
-    "test_range_int32_type_negative_delta_expanded": _LOOP,
     "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": _E8M0,
     "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": _E8M0,
 }

@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 from metadef.core.errors import FormatError
 from metadef.ir import Graph, Node, Value
-from metadef.ops.defs.control import captured_start
+from metadef.ops.defs.loops import NUM_CAPTURED, node_captured_start
 from metadef.shape import TensorType
 
 IR_VERSION = 8
@@ -81,11 +81,11 @@ class _Names:
 
 
 def _node_attrs(n: Node, names: _Names) -> list[onnx.AttributeProto]:
-    start = captured_start(n.metaop)
+    start = node_captured_start(n.metaop, n.attrs, len(n.inputs))
     outer = [] if start is None else [names.of[id(v)] for v in n.inputs[start:]]
     out = []
     for k, v in n.attrs.items():
-        if v is None:
+        if v is None or k == NUM_CAPTURED:  # metadef's own count, implied by the subgraph in ONNX
             continue
         if isinstance(v, Graph):  # control flow reads ``outer`` by name; a fused body stands alone
             v = _graph_proto(v, outer, names.taken) if start is not None else _graph_proto(v)
@@ -108,7 +108,7 @@ def _graph_proto(graph: Graph, captured: list[str] | None = None,
     initializers = [numpy_helper.from_array(np.asarray(v.const), names.of[id(v)]) for v in graph.constants]
     nodes = []
     for n in graph.nodes:
-        start = captured_start(n.metaop)  # captured values are read by name, not passed
+        start = node_captured_start(n.metaop, n.attrs, len(n.inputs))  # captured values are read by name, not passed
         node = helper.make_node(
             n.op, [("" if v is None else names.of[id(v)]) for v in n.inputs[:start]],
             [names.of[id(o)] for o in n.outputs], name=n.name, domain=n.domain or "")

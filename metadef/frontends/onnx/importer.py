@@ -16,6 +16,12 @@ which in turn captured from its parent, so the lookup chains to any depth. Each 
 typed by the usual builder, in the outer graph's symbols. An op that declares no ``captured``
 input (Loop and Scan until their meta-ops exist) fails with UnsupportedOpError.
 
+Declared types are hints, not facts: a graph output's type or a ``value_info`` entry that
+disagrees with inference (another dtype or rank, or another fixed size) is logged as a warning
+on logger ``metadef.frontends.onnx`` naming the value and both types, and inference wins.
+Symbolic sizes never disagree (exporters name them freely). Unused initializers and opset
+imports are harmless; a graph output may be a graph input or an initializer.
+
 Example:
     >>> import metadef as md
     >>> from metadef import zoo
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -41,7 +48,10 @@ from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
 from metadef.ir import Graph, GraphBuilder, Value
 from metadef.ops import REGISTER_HINT, REGISTRY, MetaOp, get_op
 from metadef.ops.defs.control import CAPTURED, captured_start
+from metadef.ops.defs.loops import NUM_CAPTURED, body_input_rules
 from metadef.shape import Dim, ShapeEnv, TensorType
+
+log = logging.getLogger("metadef.frontends.onnx")
 
 _CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 _GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -178,9 +188,49 @@ def import_graph(model: onnx.ModelProto, name: str | None = None) -> Graph:
         if vi.name not in values or values[vi.name] is None:
             raise FormatError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
         b.output(values[vi.name])
+    _check_declared([*g.output, *g.value_info], values, "graph")
     b.metadata.update({p.key: p.value for p in model.metadata_props})
     b.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     return b.build()
+
+
+def _declared_text(vi: onnx.ValueInfoProto) -> str:
+    """A declared ONNX type in metadef's text form, ``?`` for a dim with neither value nor name."""
+    tt = vi.type.tensor_type
+    try:
+        name = from_onnx(tt.elem_type).short
+    except MetadefError:
+        name = f"elem_type {tt.elem_type}"
+    if not tt.HasField("shape"):
+        return name
+    dims = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in tt.shape.dim]
+    return f"{name}[{','.join(dims)}]"
+
+
+def _disagrees(vi: onnx.ValueInfoProto, inferred: TensorType) -> bool:
+    """Whether a declared type contradicts the inferred one: another dtype, another rank, or
+    another fixed size on some axis (symbolic sizes on either side never contradict)."""
+    tt = vi.type.tensor_type
+    if tt.elem_type and (inferred.dtype.onnx != tt.elem_type):
+        return True
+    if not tt.HasField("shape") or inferred.shape is None:
+        return False
+    if len(tt.shape.dim) != len(inferred.shape):
+        return True
+    return any(d.HasField("dim_value") and isinstance(i, int) and d.dim_value != i
+               for d, i in zip(tt.shape.dim, inferred.shape))
+
+
+def _check_declared(declared: list[onnx.ValueInfoProto], values: dict[str, Value | None],
+                    where: str) -> None:
+    """Warn about each declared tensor type that inference contradicts; inference wins."""
+    for vi in declared:
+        value = values.get(vi.name)
+        if value is None or value.type is None or not vi.type.HasField("tensor_type"):
+            continue
+        if _disagrees(vi, value.type):
+            log.warning("%s value %r is declared %s but inference gives %s; using the inferred "
+                        "type", where, vi.name, _declared_text(vi), value.type)
 
 
 def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
@@ -201,7 +251,12 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     if _subgraphs(node):
         graphs, captured = _import_subgraphs(b, node, op, where, values, opset)
         attrs.update(graphs)
-        inputs = [*inputs, *[None] * (captured_start(op) - len(inputs)), *captured]
+        if NUM_CAPTURED in op.attrs:  # own variadic values, then the captured ones (Loop, Scan)
+            fixed = sum(not p.variadic for p in op.inputs)
+            inputs = [*inputs, *[None] * (fixed - len(inputs)), *captured]
+            attrs[NUM_CAPTURED] = len(captured)
+        else:
+            inputs = [*inputs, *[None] * (captured_start(op) - len(inputs)), *captured]
     if op.adapt is not None:
         version = opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21)
         n_outputs = len([o for o in node.output])
@@ -253,13 +308,14 @@ def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: 
                       values: dict[str, Value | None], opset: dict[str, int]) -> tuple[dict[str, Graph], list[Value]]:
     """The node's graph attributes as typed Graphs, and the outer values they capture."""
     start = captured_start(op)
-    if start is None or any(a.type == onnx.AttributeProto.GRAPHS for a in node.attribute):
+    counted = NUM_CAPTURED in op.attrs  # Loop, Scan: the node's own inputs end with a variadic
+    if (start is None and not counted) or any(a.type == onnx.AttributeProto.GRAPHS for a in node.attribute):
         held = ", ".join(repr(a.name) for a in node.attribute if a.type in _GRAPH_KINDS)
         raise UnsupportedOpError(f"{where}: attribute {held} holds a subgraph, but meta-op {op.qualname} "
                                  f"declares no variadic {CAPTURED!r} input to carry the values it reads "
                                  "from the enclosing graph; only If imports subgraphs so far (Loop and "
                                  "Scan are not supported yet)")
-    if len(node.input) > start:
+    if not counted and len(node.input) > start:
         raise FormatError(f"{where} has {len(node.input)} inputs; {op.qualname} takes {start} "
                           "besides the values its subgraphs capture")
     declared = list(op.attrs)  # the op's attribute order (then_branch first), not the proto's
@@ -274,18 +330,25 @@ def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: 
             raise FormatError(f"{where}: a subgraph reads {n!r}, which neither the subgraph nor "
                               "any enclosing graph defines before this node")
         captured.append(values[n])
-    graphs = {a.name: _import_body(a.g, b.env, names, captured, opset, f"{where} {a.name}") for a in held}
+    own = [None if values.get(n) is None else values[n].type for n in node.input]
+    rule = body_input_rules.get(op.name) if not op.domain else None
+    plain = {a.name: _attr_value(a, where) for a in node.attribute if a.type not in _GRAPH_KINDS}
+    formal = rule(plain, own) if rule is not None else []
+    graphs = {a.name: _import_body(a.g, b.env, names, captured, opset, f"{where} {a.name}", formal)
+              for a in held}
     return graphs, captured
 
 
 def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captured: list[Value],
-                 opset: dict[str, int], where: str) -> Graph:
+                 opset: dict[str, int], where: str, formal: list[TensorType | None] = ()) -> Graph:
     """One subgraph: its own inputs, then the captured values (typed as outside), its
     constants and its nodes, typed in the outer graph's symbols (``env`` is shared)."""
     b = GraphBuilder(graph.name or where, opset=opset, env=env)
     values: dict[str, Value | None] = {"": None}
-    for vi in graph.input:
-        values[vi.name] = b.input(vi.name, _type_of(vi, env, f"{where} input"))
+    for i, vi in enumerate(graph.input):
+        fed = formal[i] if i < len(formal) else None
+        untyped = not vi.type.HasField("tensor_type") and fed is not None  # typed by what the node feeds it
+        values[vi.name] = b.input(vi.name, fed if untyped else _type_of(vi, env, f"{where} input"))
     for name, outer in zip(names, captured):
         values[name] = b.input(name, outer.type)
     for init in graph.initializer:
@@ -296,6 +359,7 @@ def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captur
         if values.get(vi.name) is None:
             raise FormatError(f"{where}: output {vi.name!r} is not produced by any node, input or initializer")
         b.output(values[vi.name])
+    _check_declared([*graph.output, *graph.value_info], values, where)
     return b.build()
 
 

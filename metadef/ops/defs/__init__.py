@@ -10,6 +10,8 @@ from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
     elementwise,
     fused,
     linalg,
+    loops,
+    microsoft,
     nn,
     nn_norm,
     nn_pool,

@@ -1,0 +1,305 @@
+"""Contrib ops of domain ``com.microsoft`` that exporters and ONNX Runtime's tools emit.
+
+The Gelu family (``Gelu``, ``FastGelu``, ``BiasGelu``, ``QuickGelu``) are index expressions
+over ``X[...]`` (a bias, when present, is added first as a temporary ``xb``).
+``SkipLayerNormalization`` is a layer normalization over the last axis of
+``input + skip (+ bias)``; its optional outputs are the float32 statistics (with a kept
+extent-1 last axis) and the sum itself. ``FusedMatMul`` is ``alpha * op(A) @ op(B)``, an index
+expression unless a ``transBatch`` flag moves the batch axes (then a numpy reference).
+``Attention`` is ORT's fused self-attention with a numpy reference; it supports the common
+subset (masks given as 2-D ``[batch, total_seq]`` 0/1 or 1-D ``[batch]`` lengths,
+``unidirectional``, ``scale``, ``qkv_hidden_sizes``, ``past``/``present``) and refuses the
+rest by name.
+
+Example:
+    >>> from metadef.ops import get_op, infer_types
+    >>> from metadef.shape import parse_type
+    >>> get_op("QuickGelu", DOMAIN).semantics.expression
+    'Y[...] = X[...] * sigmoid(alpha * X[...])'
+    >>> y, present = infer_types(get_op("Attention", DOMAIN), "/attn",
+    ...     [parse_type("f32[b,s,64]"), parse_type("f32[64,192]"), parse_type("f32[192]")],
+    ...     {"num_heads": 4}, n_outputs=2)
+    >>> str(y), str(present)
+    ('f32[b,s,64]', 'f32[2,b,4,s,16]')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from metadef.core.dtypes import FLOAT32
+from metadef.core.errors import UnsupportedOpError
+from metadef.ops.infer import InferContext
+from metadef.ops.interface import REQUIRED, float_, int_, ints
+from metadef.ops.metaop import SAME_AS_FIRST, metaop
+from metadef.ops.strategy import Role
+from metadef.shape import Dim, TensorType, add, broadcast_shapes, floordiv
+
+DOMAIN = "com.microsoft"
+Shapes = Sequence[Sequence[Dim] | None]
+
+# ------------------------------------------------------------------------- Gelu family
+
+_ERF_GELU = "0.5 * {x} * (1 + erf({x} * 0.7071067811865476))"
+_TANH_GELU = "0.5 * {x} * (1 + tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
+
+
+def _biased(formula: str, bias: str) -> Any:
+    """Semantics of ``formula`` applied to ``X`` plus (when the node has it) a bias input
+    broadcast numpy-style against X's trailing axes."""
+
+    def semantics(attrs: Mapping[str, Any], shapes: Shapes) -> str:
+        if len(shapes) < 2 or shapes[1] is None:
+            return "Y[...] = " + formula.format(x="X[...]")
+        return f"xb[...] = X[...] + {bias}[...]\nY[...] = " + formula.format(x="xb[...]")
+
+    return semantics
+
+
+def _bias_rule(ctx: InferContext) -> list[Any]:
+    x = ctx.shape(0)
+    if ctx.has(1) and x is not None and ctx.shape(1) is not None:
+        b = ctx.shape(1)
+        if len(b) != 1 or (x and str(b[0]) != str(x[-1])):
+            ctx.fail(f"the bias must be 1-D with X's last dimension ({x[-1] if x else '?'}), "
+                     f"got shape {list(b)}")
+    return [x]
+
+
+_GELU_HINTS = {"types": "T in {float}", "role": Role.ELEMENTWISE, "domain": DOMAIN}
+
+Gelu = metaop("Gelu", inputs=("X",), outputs=("Y",), rule=SAME_AS_FIRST,
+              semantics="Y[...] = " + _ERF_GELU.format(x="X[...]"), **_GELU_HINTS)
+FastGelu = metaop("FastGelu", inputs=("X", "bias?"), outputs=("Y",), rule=_bias_rule,
+                  semantics=_biased(_TANH_GELU, "bias"), **_GELU_HINTS)
+BiasGelu = metaop("BiasGelu", inputs=("X", "B"), outputs=("Y",), rule=_bias_rule,
+                  semantics=_biased(_ERF_GELU, "B"), **_GELU_HINTS)
+QuickGelu = metaop("QuickGelu", inputs=("X",), outputs=("Y",), rule=SAME_AS_FIRST,
+                   attrs={"alpha": float_(1.702)},
+                   semantics="Y[...] = X[...] * sigmoid(alpha * X[...])", **_GELU_HINTS)
+
+# ------------------------------------------------------------ SkipLayerNormalization
+
+
+def _skip_ln_rule(ctx: InferContext) -> list[Any]:
+    x, skip = ctx.shape(0), ctx.shape(1)
+    if x is None:
+        return [None, TensorType(FLOAT32, None), TensorType(FLOAT32, None), None]
+    if len(x) not in (2, 3):
+        ctx.fail(f"input must be 2-D or 3-D ([batch, seq, hidden]), got rank {len(x)}")
+    if skip is not None and (len(skip) > len(x) or str(skip[-1]) != str(x[-1])):
+        ctx.fail(f"skip {list(skip)} must broadcast to input {list(x)} along its leading axes")
+    for i in (2, 3, 4):
+        s = ctx.shape(i)
+        if s is not None and (len(s) != 1 or str(s[0]) != str(x[-1])):
+            ctx.fail(f"{ctx.op.inputs[i].name} must be 1-D of the hidden size {x[-1]}, got {list(s)}")
+    stats = TensorType(FLOAT32, (*x[:-1], 1))
+    return [x, stats, stats, x]
+
+
+def _skip_ln_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict[str, Any]]:
+    """``Sum = input + skip (+ bias)``; its mean and inverse standard deviation over the last
+    axis in float32; ``Y = (Sum - Mean) * InvStdDev * gamma (+ beta)``."""
+    x, skip = shapes[0], shapes[1]
+    lead = [f"a{i}" for i in range(len(x) - 1)]
+    full = ", ".join([*lead, "h"])
+    # skip broadcasts along the leading axes: missing ones vanish, extent-1 ones read index 0
+    skip_lead = [("0" if d == 1 and x[i + len(x) - len(skip)] != 1 else lead[i + len(x) - len(skip)])
+                 for i, d in enumerate(skip[:-1])]
+    total = f"X[{full}] + Skip[{', '.join([*skip_lead, 'h'])}]"
+    if len(shapes) > 4 and shapes[4] is not None:
+        total += " + Bias[h]"
+    keep, zero = ", ".join([*lead, "k"]), ", ".join([*lead, "0"])
+    text = (f"Sum[{full}] = {total}\n"
+            f"xs[{full}] = cast_float32(Sum[{full}])\n"
+            f"Mean[{keep}] = mean[b:N] xs[{', '.join([*lead, 'b + k*N'])}]\n"
+            f"InvStdDev[{keep}] = rsqrt(mean[b:N] (xs[{', '.join([*lead, 'b + k*N'])}] - "
+            f"Mean[{keep}]) ** 2 + epsilon)\n"
+            f"Y[{full}] = (xs[{full}] - Mean[{zero}]) * InvStdDev[{zero}] * Gamma[h]")
+    if len(shapes) > 3 and shapes[3] is not None:
+        text += " + Beta[h]"
+    return text, {"N": x[-1]}
+
+
+SkipLayerNormalization = metaop(
+    "SkipLayerNormalization", domain=DOMAIN,
+    inputs=("X", "Skip", "Gamma", "Beta?", "Bias?"),
+    outputs=("Y", "Mean?: float32", "InvStdDev?: float32", "Sum?"),
+    attrs={"epsilon": float_(1e-12)}, types="T in {float}",
+    rule=_skip_ln_rule, semantics=_skip_ln_semantics, role=Role.REDUCTION, parallel=("a0",),
+)
+
+# -------------------------------------------------------------------------- FusedMatMul
+
+
+def _fused_matmul_perm(rank: int, trans: int, trans_batch: int) -> list[int]:
+    """The axes of a stored operand in logical ``[batch..., rows, cols]`` order: transBatch
+    moves axis 0 behind the batch axes, trans swaps the last two."""
+    perm = list(range(rank))
+    if trans_batch and rank > 2:
+        perm = [*range(1, rank - 1), 0, rank - 1]
+    if trans:
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+    return perm
+
+
+def _fused_matmul_rule(ctx: InferContext) -> list[Any]:
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None:
+        return [None]
+    if len(a) < 2 or len(b) < 2:
+        ctx.fail(f"both operands must have rank >= 2, got ranks {len(a)} and {len(b)}")
+    at = ctx.attrs
+    la = [a[p] for p in _fused_matmul_perm(len(a), at["transA"], at["transBatchA"])]
+    lb = [b[p] for p in _fused_matmul_perm(len(b), at["transB"], at["transBatchB"])]
+    if str(la[-1]) != str(lb[-2]):
+        ctx.fail(f"the contracted sizes differ: op(A) is {la}, op(B) is {lb}")
+    batch, _ = broadcast_shapes(la[:-2], lb[:-2])
+    return [(*batch, la[-2], lb[-1])]
+
+
+def _fused_matmul_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> str | None:
+    if (attrs["transBatchA"] and len(shapes[0]) > 2) or (attrs["transBatchB"] and len(shapes[1]) > 2):
+        return None  # batch axes moved: the numpy reference runs it
+    a = "A[..., k, m]" if attrs["transA"] else "A[..., m, k]"
+    b = "B[..., n, k]" if attrs["transB"] else "B[..., k, n]"
+    return f"Y[..., m, n] = alpha * sum[k] {a} * {b}"
+
+
+def _fused_matmul_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
+    a = a.transpose(_fused_matmul_perm(a.ndim, attrs["transA"], attrs["transBatchA"]))
+    b = b.transpose(_fused_matmul_perm(b.ndim, attrs["transB"], attrs["transBatchB"]))
+    return (np.matmul(a, b) * attrs["alpha"]).astype(a.dtype)
+
+
+FusedMatMul = metaop(
+    "FusedMatMul", domain=DOMAIN, inputs=("A", "B"), outputs=("Y",),
+    attrs={"alpha": float_(1.0), "transA": int_(0), "transB": int_(0),
+           "transBatchA": int_(0), "transBatchB": int_(0)},
+    types="T in {float}", rule=_fused_matmul_rule, semantics=_fused_matmul_semantics,
+    reference=_fused_matmul_reference, role=Role.CONTRACTION, parallel=("m", "n"),
+)
+
+# ---------------------------------------------------------------------------- Attention
+
+_ATTENTION_INPUTS = ("input", "weights", "bias", "mask_index", "past", "attention_bias",
+                     "past_sequence_length")
+_UNSUPPORTED_ATTRS = ("do_rotary", "past_present_share_buffer", "rotary_embedding_dim")
+
+
+def _attention_unsupported(attrs: Mapping[str, Any], present: Sequence[bool]) -> str | None:
+    """Why a node is outside the supported subset (None when it is inside)."""
+    for name in _UNSUPPORTED_ATTRS:
+        if attrs.get(name):
+            return f"attribute {name}={attrs[name]} is not supported (only 0)"
+    for i in (5, 6):
+        if i < len(present) and present[i]:
+            return f"input {_ATTENTION_INPUTS[i]} is not supported"
+    return None
+
+
+def _hidden_sizes(attrs: Mapping[str, Any], total: Dim) -> tuple[Dim, Dim, Dim]:
+    sizes = attrs.get("qkv_hidden_sizes")
+    if sizes:
+        if len(sizes) != 3:
+            raise UnsupportedOpError(f"qkv_hidden_sizes must hold 3 sizes, got {list(sizes)}")
+        return int(sizes[0]), int(sizes[1]), int(sizes[2])
+    each = floordiv(total, 3)
+    return each, each, each
+
+
+def _attention_rule(ctx: InferContext) -> list[Any]:
+    reason = _attention_unsupported(ctx.attrs, [ctx.has(i) for i in range(len(ctx.inputs))])
+    if reason:
+        ctx.fail(reason, "Attention supports input, weights, bias, mask_index and past, with "
+                         "num_heads, unidirectional, scale, qkv_hidden_sizes, mask_filter_value")
+    x, w = ctx.shape(0), ctx.shape(1)
+    if x is None or w is None:
+        return [None, None]
+    if len(x) != 3 or len(w) != 2:
+        ctx.fail(f"input must be [batch, seq, hidden] and weights 2-D, got ranks {len(x)} and {len(w)}")
+    heads = ctx.attrs["num_heads"]
+    q, k, v = _hidden_sizes(ctx.attrs, w[1])
+    for name, size in (("q", q), ("k", k), ("v", v)):
+        if isinstance(size, int) and size % heads:
+            ctx.fail(f"the {name} hidden size {size} is not a multiple of num_heads={heads}")
+    if str(q) != str(k):
+        ctx.fail(f"the q and k hidden sizes must agree, got {q} and {k}")
+    batch, seq = x[0], x[1]
+    mask = ctx.shape(3)
+    if mask is not None and not (len(mask) == 2 or (len(mask) == 1 and str(mask[0]) == str(batch))):
+        ctx.fail(f"mask_index of shape {list(mask)} is not supported: give a 2-D [batch, "
+                 "total_seq] 0/1 mask or 1-D [batch] lengths (3-D, 4-D and 1-D [2*batch] "
+                 "start/end forms are not supported)")
+    past = ctx.shape(4)
+    total = seq if past is None else add(seq, past[3])
+    if past is not None and str(k) != str(v):
+        ctx.fail(f"past needs equal k and v hidden sizes, got {k} and {v}")
+    present = (2, batch, heads, total, floordiv(k, heads))
+    if str(k) != str(v):
+        return [(batch, seq, v)]  # no present: its k and v halves would differ in size
+    return [(batch, seq, v), present]
+
+
+def _attention_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> tuple:
+    """ORT's Attention: project, split heads, ``softmax(scale * q k^T + mask) v``."""
+    x, w, bias, mask, past = (*inputs, *[None] * 5)[:5]
+    reason = _attention_unsupported(attrs, [a is not None for a in inputs])
+    if reason:
+        raise UnsupportedOpError(f"Attention: {reason}")
+    batch, seq, _ = x.shape
+    heads = attrs["num_heads"]
+    sizes = _hidden_sizes(attrs, w.shape[1])
+    proj = x @ w + (0 if bias is None else bias)
+    q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
+
+    def split(t: np.ndarray) -> np.ndarray:  # [b, s, n*h] -> [b, n, s, h]
+        return t.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3)
+
+    q, k, v = split(q), split(k), split(v)
+    past_len = 0
+    if past is not None:
+        past_len = past.shape[3]
+        k, v = np.concatenate([past[0], k], axis=2), np.concatenate([past[1], v], axis=2)
+    total = past_len + seq
+    scale = attrs.get("scale") or 1.0 / np.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(scale)
+    masked = np.zeros((batch, seq, total), bool)
+    if mask is not None:
+        if mask.ndim == 2:
+            masked |= (mask == 0)[:, None, :]
+        elif mask.shape == (batch,):
+            masked |= (np.arange(total)[None, :] >= mask[:, None])[:, None, :]
+        else:
+            raise UnsupportedOpError(f"Attention: mask_index of shape {list(mask.shape)} is not "
+                                     "supported (2-D [batch, total_seq] or 1-D [batch] only)")
+    if attrs["unidirectional"]:
+        masked |= (np.arange(total)[None, :] > np.arange(seq)[:, None] + past_len)[None]
+    scores = scores + np.where(masked, np.float32(attrs["mask_filter_value"]), 0)[:, None]
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)
+    out = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
+    if k.shape != v.shape:  # no present output then (the rule refuses to give one)
+        return (out.astype(x.dtype),)
+    return out.astype(x.dtype), np.stack([k, v]).astype(x.dtype)
+
+
+Attention = metaop(
+    "Attention", domain=DOMAIN,
+    inputs=("input", "weights", "bias?", "mask_index?: M", "past?", "attention_bias?",
+            "past_sequence_length?: int32"),
+    outputs=("output", "present?"),
+    attrs={"num_heads": int_(REQUIRED), "unidirectional": int_(0), "scale": float_(0.0),
+           "qkv_hidden_sizes": ints(None), "mask_filter_value": float_(-10000.0),
+           "do_rotary": int_(0), "past_present_share_buffer": int_(0),
+           "rotary_embedding_dim": int_(0)},
+    types="T in {float}; M in {int32}", rule=_attention_rule,
+    reference=_attention_reference, role=Role.OPAQUE,
+)
+
+__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "QuickGelu",
+           "SkipLayerNormalization"]
