@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
@@ -47,6 +47,30 @@ _BUILTIN = {
 }
 
 
+def plan_frees(steps: Sequence[Any], keep: set[int]) -> list[list[int]]:
+    """For an executable's steps (each with ``in_ids`` and ``out_ids``, value slots in run
+    order), the slots each step is the last reader of: free them right after it runs.
+    ``keep``: slots that live to the end (graph outputs, constants).
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> plan_frees([S(in_ids=[0], out_ids=[1]), S(in_ids=[1], out_ids=[2])], keep={0, 2})
+        [[], [1]]
+    """
+    last: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for i in step.in_ids:
+            if i is not None:
+                last[i] = k
+        for i in step.out_ids:
+            last.setdefault(i, k)
+    frees: list[list[int]] = [[] for _ in steps]
+    for slot, k in last.items():
+        if slot not in keep:
+            frees[k].append(slot)
+    return frees
+
+
 def _load(spec: str) -> Any:
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -69,4 +93,4 @@ def get_backend(name: str) -> Backend:
     raise BackendError(f"unknown target {name!r}; available targets: {', '.join(available_backends())}")
 
 
-__all__ = ["Backend", "ENTRY_POINT_GROUP", "Executable", "available_backends", "get_backend"]
+__all__ = ["Backend", "ENTRY_POINT_GROUP", "Executable", "available_backends", "get_backend", "plan_frees"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from metadef.backends.base import plan_frees
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import Graph, Node, format_node
@@ -55,23 +56,7 @@ class ReferenceExecutable:
             attrs = resolve_attrs(op.name, f"(node {n.name})", op.attrs, n.attrs)
             self.steps.append(_Step(n, op, attrs, [None if v is None else ids[id(v)] for v in n.inputs],
                                     [ids[id(v)] for v in n.outputs]))
-        self.frees = self._plan_frees()
-
-    def _plan_frees(self) -> list[list[int]]:
-        """For each step, the slots whose last reader it is: freed right after it runs."""
-        last: dict[int, int] = {}
-        for k, step in enumerate(self.steps):
-            for i in step.in_ids:
-                if i is not None:
-                    last[i] = k
-            for i in step.out_ids:
-                last.setdefault(i, k)
-        keep = set(self.output_ids) | {i for i, _ in self.consts}
-        frees: list[list[int]] = [[] for _ in self.steps]
-        for slot, k in last.items():
-            if slot not in keep:
-                frees[k].append(slot)
-        return frees
+        self.frees = plan_frees(self.steps, set(self.output_ids) | {i for i, _ in self.consts})
 
     def _out_types(self, step: _Step, args: list[np.ndarray | None],
                    symbols: Mapping[str, int]) -> list[TensorType]:

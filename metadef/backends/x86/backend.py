@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from metadef.backends.base import plan_frees
 from metadef.backends.x86.contractions import set_blas_threads
 from metadef.backends.x86.mapping import Choice, StepKernel, choose, replay
 from metadef.cache import PlanMismatch, compile_cached, kernel_key
@@ -142,7 +143,7 @@ class X86Executable:
             self.steps.append(_Step(n, choice.kernel, choice.kind,
                                     [None if v is None else ids[id(v)] for v in n.inputs],
                                     [ids[id(v)] for v in n.outputs]))
-        self.frees = self._plan_frees()
+        self.frees = plan_frees(self.steps, set(self.output_ids) | {i for i, _ in self.consts})
         self._shapes: dict[tuple[tuple[str, int], ...], list[list[TensorType] | None]] = {}
         self._lock = threading.Lock()
         if self.fallbacks:
@@ -172,22 +173,6 @@ class X86Executable:
         for reason, count in Counter(p.reason for p in self.fallbacks).most_common():
             lines.append(f"  {count} x {reason}")
         return "\n".join(lines)
-
-    def _plan_frees(self) -> list[list[int]]:
-        """For each step, the slots whose last reader it is: freed right after it runs."""
-        last: dict[int, int] = {}
-        for k, step in enumerate(self.steps):
-            for i in step.in_ids:
-                if i is not None:
-                    last[i] = k
-            for i in step.out_ids:
-                last.setdefault(i, k)
-        keep = set(self.output_ids) | {i for i, _ in self.consts}
-        frees: list[list[int]] = [[] for _ in self.steps]
-        for slot, k in last.items():
-            if slot not in keep:
-                frees[k].append(slot)
-        return frees
 
     def _shape_plan(self, symbols: Mapping[str, int]) -> list[list[TensorType] | None]:
         """Each step's concrete output types for these symbols (None: they depend on values),
