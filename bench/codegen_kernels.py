@@ -18,12 +18,11 @@ import numpy as np
 import metadef as md
 from metadef.codegen import CodegenUnsupported, compile_group, compile_node
 from metadef.codegen.kernel import _CACHE
-from metadef.ir import Graph, GraphBuilder
 from metadef.ops import get_op
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
 from metadef.ops.numpy_eval.functions import erf  # numpy-only erf (scipy is not a dependency)
-from metadef.shape import parse_type
+from metadef.testing.onnx_cases import one_node_graph
 
 RNG = np.random.default_rng(0)
 
@@ -32,20 +31,7 @@ def random(shape: tuple[int, ...]) -> np.ndarray:
     return RNG.uniform(-3, 3, shape).astype(np.float32)
 
 
-def one_node(op: str, types: list[str | None], attrs: dict | None = None,
-             consts: dict[int, np.ndarray] | None = None) -> Graph:
-    """A graph of one node; ``types`` like ``"f32[n,4]"`` (None: an omitted input)."""
-    b = GraphBuilder("bench")
-    inputs = []
-    for i, t in enumerate(types):
-        if t is None:
-            inputs.append(None)
-        elif consts and i in consts:
-            inputs.append(b.const(f"c{i}", consts[i]))
-        else:
-            inputs.append(b.input(f"x{i}", parse_type(t)))
-    b.output(*b.node(op, inputs, attrs or {}))
-    return b.build()
+one_node = one_node_graph
 
 
 def _median_time(fn: Callable[[], object], repeat: int) -> float:

@@ -22,9 +22,27 @@ import onnx
 from onnx import helper, numpy_helper
 
 import metadef as md
+from metadef.ir import GraphBuilder
 from metadef.ops import get_op, infer_types
 from metadef.shape import ShapeEnv, parse_type
 from metadef.testing.oracle import run_onnxruntime
+
+
+def one_node_graph(op: str, types: Sequence[str | None], attrs: Mapping[str, Any] | None = None,
+                   domain: str = "", consts: Mapping[int, np.ndarray] | None = None) -> md.Graph:
+    """A metadef graph of one node (no ONNX involved); ``types`` like ``"f32[n,4]"`` (None: an
+    omitted input), ``consts`` the inputs, by position, that are constants instead."""
+    b = GraphBuilder("t")
+    inputs = []
+    for i, t in enumerate(types):
+        if t is None:
+            inputs.append(None)
+        elif consts and i in consts:
+            inputs.append(b.const(f"c{i}", consts[i]))
+        else:
+            inputs.append(b.input(f"x{i}", parse_type(t)))
+    b.output(*b.node(op, inputs, dict(attrs or {}), domain=domain))
+    return b.build()
 
 
 def one_node_model(op: str, feeds: Mapping[str, np.ndarray], consts: Mapping[str, np.ndarray] | None = None,
@@ -87,4 +105,4 @@ def infer_text(op: str, types: Sequence[str | None], attrs: Mapping[str, Any] | 
     return [str(t) for t in outs]
 
 
-__all__ = ["assert_same", "check_model", "infer_text", "one_node_model", "run_both", "run_metadef"]
+__all__ = ["assert_same", "check_model", "infer_text", "one_node_graph", "one_node_model", "run_both", "run_metadef"]

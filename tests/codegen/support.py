@@ -7,12 +7,13 @@ from typing import Any
 import numpy as np
 
 from metadef.codegen import compile_group, compile_node
-from metadef.ir import Graph, GraphBuilder
+from metadef.ir import Graph
 from metadef.ops import get_op
 from metadef.ops.defs.fused import run_body
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
-from metadef.shape import TensorType, bind_shape, evaluate_shape, parse_type
+from metadef.shape import TensorType, bind_shape, evaluate_shape
+from metadef.testing.onnx_cases import one_node_graph
 
 RNG = np.random.default_rng(0)
 
@@ -25,21 +26,7 @@ def random(shape: tuple[int, ...], dtype: Any = np.float32, low: float = -3, hig
     return RNG.uniform(low, high, shape).astype(dtype)
 
 
-def one_node(op: str, types: list[str | None], attrs: dict | None = None, domain: str = "",
-             consts: dict[int, np.ndarray] | None = None) -> Graph:
-    """A graph of one node; ``types`` like ``"f32[n,4]"`` (None: an omitted input)."""
-    b = GraphBuilder("t")
-    inputs = []
-    for i, t in enumerate(types):
-        if t is None:
-            inputs.append(None)
-        elif consts and i in consts:
-            inputs.append(b.const(f"c{i}", consts[i]))
-        else:
-            inputs.append(b.input(f"x{i}", parse_type(t)))
-    outs = b.node(op, inputs, attrs or {}, domain=domain)
-    b.output(*outs)
-    return b.build()
+one_node = one_node_graph
 
 
 def concrete_types(graph: Graph, arrays: list[np.ndarray]) -> list[TensorType]:
