@@ -208,7 +208,10 @@ def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build:
     except OSError as e:
         log.warning("cache: cannot read %s (%s): compiling without the cache", store.root, e)
         return build()
-    executable = None if entry is None or replay is None else _replayed(key, graph, entry, replay, store)
+    executable = None
+    if entry is not None and replay is not None:
+        with kernel_store(DiskKernelStore(store)):  # what the replay compiles besides the plan's kernels
+            executable = _replayed(key, graph, entry, replay, store)
     if executable is None:
         kernels = DiskKernelStore(store)
         with kernel_store(kernels):

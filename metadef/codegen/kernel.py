@@ -95,6 +95,11 @@ def kernel_store(store: KernelStore | None) -> Iterator[None]:
         _STORE.reset(token)
 
 
+def current_store() -> KernelStore | None:
+    """The kernel store in effect here (None outside :func:`kernel_store`)."""
+    return _STORE.get()
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """What the kernel expects of one input or output: name, dtype and symbolic shape."""
@@ -122,6 +127,7 @@ class Kernel:
         self._constants = [np.ascontiguousarray(c) for c in constants]
         self._slots = slots
         self._broadcasts = broadcasts
+        self.address = address
         self._function = _ENTRY(address)
         self._pointer_type = ctypes.c_void_p * (len(inputs) + len(constants) + len(outputs))
         self._dims_type = ctypes.c_int64 * max(1, len(slots))
@@ -220,6 +226,38 @@ class Kernel:
                                  env[name] if name is not None else evaluate(d, env)
                                  for d, name in self._slot_plans))
         self._function(pointers, dims)
+
+    @property
+    def constant_pointers(self) -> list[int]:
+        """The addresses of the constants compiled with the kernel (between inputs and outputs
+        in its pointer arguments); they live as long as the kernel."""
+        return list(self._constant_pointers)
+
+    def dims_for(self, input_shapes: Sequence[tuple[int, ...]],
+                 output_shapes: Sequence[tuple[int, ...]]) -> list[int]:
+        """The ``dims`` argument for these concrete shapes, after checking them against the
+        kernel's symbolic shapes (a native program prepares it once per binding).
+
+        Example:
+            >>> from metadef.ir import parse_graph
+            >>> g = parse_graph("graph g(%x: f32[n,3]) -> (%y) { %y: f32[n,3] = Relu(%x) return %y }")
+            >>> compile_group(g, "relu").dims_for([(5, 3)], [(5, 3)])
+            [5]
+        """
+        if len(input_shapes) != len(self.inputs) or len(output_shapes) != len(self.outputs):
+            raise self._fail(f"takes {len(self.inputs)} inputs and {len(self.outputs)} outputs, "
+                             f"got {len(input_shapes)} and {len(output_shapes)} shapes")
+        env: dict[str, int] = {}
+        later: list[tuple[Dim, int, str]] = []
+        specs = [*self.inputs, *self.outputs]
+        for i, (spec, shape, plan) in enumerate(zip(specs, [*input_shapes, *output_shapes], self._axis_plans)):
+            what = f"input {i} (%{spec.name})" if i < len(self.inputs) else f"output {i - len(self.inputs)}"
+            if len(shape) != len(spec.shape):
+                raise self._fail(f"{what} has rank {len(shape)}, expected {len(spec.shape)} ({_format(spec.shape)})")
+            self._bind(plan, spec, tuple(shape), env, later, what)
+        self._check_later(env, later)
+        return [d if name is None and isinstance(d, int) else env[name] if name is not None else evaluate(d, env)
+                for d, name in self._slot_plans]
 
     def _check_later(self, env: dict[str, int], later: list[tuple[Dim, int, str]]) -> None:
         for dim, actual, what in later:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,16 +39,21 @@ import numpy as np
 
 from metadef.backends.base import plan_frees
 from metadef.backends.x86.contractions import set_blas_threads
-from metadef.backends.x86.mapping import Choice, StepKernel, choose, replay
+from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
+from metadef.backends.x86.native import Lowering
+from metadef.backends.x86.program import ProgramPool, unplannable
 from metadef.cache import PlanMismatch, compile_cached, kernel_key
 from metadef.codegen.kernel import KernelCode, record_kernels, replay_kernels
+from metadef.codegen.native import native_functions
 from metadef.core.dtypes import from_numpy
-from metadef.core.errors import BackendError, MetadefError
+from metadef.core.errors import BackendError, InputError, MetadefError
+from metadef.core.flags import DEBUG
 from metadef.ir import Graph, Node, format_node
 from metadef.ops import infer_types
 from metadef.shape import TensorType, evaluate_shape
 
 log = logging.getLogger("metadef.backends.x86")
+CODEGEN_READY = CODEGEN_MISSING is None
 
 SHAPE_CACHE_SIZE = 64  # distinct symbol bindings whose output shapes are kept
 
@@ -74,6 +79,7 @@ class _Step:
     kind: str
     in_ids: list[int | None]
     out_ids: list[int]
+    native: Lowering | None = None
 
 
 class X86Executable:
@@ -142,10 +148,15 @@ class X86Executable:
                 log.info("x86: %s (%s) runs on %s: %s", n.name, n.qualop, choice.kind, choice.reason)
             self.steps.append(_Step(n, choice.kernel, choice.kind,
                                     [None if v is None else ids[id(v)] for v in n.inputs],
-                                    [ids[id(v)] for v in n.outputs]))
+                                    [ids[id(v)] for v in n.outputs], choice.native))
         self.frees = plan_frees(self.steps, set(self.output_ids) | {i for i, _ in self.consts})
         self._shapes: dict[tuple[tuple[str, int], ...], list[list[TensorType] | None]] = {}
         self._lock = threading.Lock()
+        self.const_arrays = {i: np.ascontiguousarray(data) for i, data in self.consts}
+        self.debug = DEBUG.get()
+        self.programs = ProgramPool(self)
+        if CODEGEN_READY:
+            native_functions()  # now, inside the compile cache's store: not at the first run
         if self.fallbacks:
             log.warning("x86: %d of %d nodes of %s fall back to reference kernels; "
                         "executable.summary() lists why", len(self.fallbacks), len(self.plan), graph.name)
@@ -202,8 +213,52 @@ class X86Executable:
         return infer_types(step.node.metaop, step.node.name, concrete, step.node.attrs, args,
                            n_outputs=len(step.node.outputs))
 
-    def run(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int]) -> list[np.ndarray]:
-        """The graph outputs, in order, for inputs by name and the values of the symbols."""
+    def run(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int],
+            outputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The graph outputs, in order, for inputs by name and the values of the symbols;
+        with ``outputs``, written into those arrays (C-contiguous, of the outputs' dtypes and
+        shapes), which are returned.
+
+        The graph runs as native programs prepared for this binding of the symbols (see
+        :mod:`metadef.backends.x86.program`); when its shapes depend on values it runs step by
+        step from Python instead."""
+        inputs = [np.ascontiguousarray(feeds[v.name]) for v in self.graph.inputs]
+        try:
+            program = self.programs.bound(symbols)
+        except BackendError as e:
+            if not unplannable(e):
+                raise
+            results = self.run_steps(feeds, symbols)
+            if outputs is None:
+                return results
+            for buffer, result in (zip(_checked(outputs, [(r.shape, r.dtype) for r in results]),
+                                                     results)):
+                np.copyto(buffer, result)
+            return list(outputs)
+        try:
+            self._check_inputs(program, inputs)
+            expected = [(st.shape, st.dtype) for st in program.output_storage]
+            outs = _checked(outputs, expected) if outputs is not None else \
+                [np.empty(shape, dtype) for shape, dtype in expected]
+            program.run(inputs, outs)
+        finally:
+            self.programs.give_back(program)
+        return outs
+
+    def _check_inputs(self, program: Any, inputs: Sequence[np.ndarray]) -> None:
+        """Native code trusts the planned shapes: check each input against them (``run`` may
+        be called without a Session's checks)."""
+        for v, array, (shape, dtype) in zip(self.graph.inputs, inputs, program.input_specs):
+            if array.shape != shape or array.dtype != dtype:
+                readers = [n.name for n in self.graph.nodes if any(i is v for i in n.inputs)]
+                raise BackendError(f"x86: input %{v.name} is {array.dtype}{list(array.shape)}, but the symbols "
+                                   f"{dict(program.symbols)} make it {np.dtype(dtype)}{list(shape)} "
+                                   f"(read by {', '.join(readers[:3]) or 'no node'})")
+
+    def run_steps(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int]) -> list[np.ndarray]:
+        """The graph outputs computed step by step from Python (each step's kernel called on
+        numpy arrays, outputs allocated by numpy): the path for graphs whose shapes depend on
+        values, and the baseline the native programs are checked against."""
         slots: list[Any] = [None] * self.slots
         for v, i in zip(self.graph.inputs, self.input_ids):
             slots[i] = feeds[v.name]
@@ -223,6 +278,21 @@ class X86Executable:
             for i in frees:
                 slots[i] = None
         return [slots[i] for i in self.output_ids]
+
+
+def _checked(outputs: Sequence[np.ndarray], expected: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
+    """The caller's output buffers, checked: one per output, of its shape and dtype,
+    C-contiguous and writeable."""
+    if len(outputs) != len(expected):
+        raise InputError(f"outputs= has {len(outputs)} arrays, the model has {len(expected)} outputs")
+    for k, (array, (shape, dtype)) in enumerate(zip(outputs, expected)):
+        if not isinstance(array, np.ndarray) or array.shape != tuple(shape) or array.dtype != dtype:
+            got = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise InputError(f"output buffer {k} is {got}; this run makes {np.dtype(dtype)}{list(shape)}")
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise InputError(f"output buffer {k} must be a writeable C-contiguous array "
+                             f"(np.empty({tuple(shape)}, np.{np.dtype(dtype).name}))")
+    return list(outputs)
 
 
 class X86Backend:

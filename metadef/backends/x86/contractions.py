@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -107,6 +108,26 @@ def _openblas_call(suffix: str) -> Callable[..., int]:
             return fn
     raise BackendError(f"{path} exports no openblas_{suffix}: set OPENBLAS_NUM_THREADS before "
                        "starting Python instead")
+
+
+@functools.cache
+def cblas_address(routine: str = "sgemm") -> int:
+    """The address of numpy's ``cblas_<routine>`` (64-bit integers, as scipy-openblas64
+    exports it), for generated code to call directly.
+
+    Example:
+        >>> cblas_address("sgemm") != 0
+        True
+    """
+    path = _openblas_path()
+    if path is None:
+        raise BackendError(f"numpy's BLAS is not a loaded OpenBLAS: no cblas_{routine} to call")
+    lib = ctypes.CDLL(path)
+    for name in (f"scipy_cblas_{routine}64_", f"cblas_{routine}64_"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return ctypes.cast(fn, ctypes.c_void_p).value or 0
+    raise BackendError(f"{path} exports no 64-bit-integer cblas_{routine} (scipy_cblas_{routine}64_)")
 
 
 def blas_threads() -> int:
@@ -421,6 +442,7 @@ def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softma
 
 
 __all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
-           "NodeCompiler", "SoftmaxFn", "attention_kernel", "blas_info", "blas_threads", "conv_kernel",
+           "NodeCompiler", "SoftmaxFn", "attention_kernel", "blas_info", "blas_threads",
+           "cblas_address", "conv_kernel",
            "conv_variant", "depthwise_node", "einsum_kernel", "gemm_kernel", "matmul_kernel",
            "numpy_softmax", "set_blas_threads"]

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +27,15 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86 import native
+from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, Node, Value
 from metadef.ops import Role
 from metadef.ops.defs.fused import run_body
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
-from metadef.shape import TensorType, sym
+from metadef.shape import TensorType, evaluate_shape, sym
 
 try:  # codegen is the only home of llvmlite: without it, everything runs on the other kernels
     from metadef.codegen import CodegenUnsupported, compile_group, compile_node
@@ -55,6 +58,9 @@ class Choice:
     fallback: bool = False
     strategy: str = "reference"
     """The name of the strategy that made the choice (see :func:`strategy_named`)."""
+    native: Lowering | None = None
+    """How the step runs inside a native program (:mod:`metadef.backends.x86.native`), or
+    None: it runs from Python."""
 
 
 Strategy = Callable[[Node], "Choice | str"]
@@ -180,7 +186,9 @@ def generated_node(node: Node) -> Choice | str:
     kernel = _compiled(lambda: compile_node(node))
     if isinstance(kernel, str):
         return kernel
-    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel")
+    present = [i for i, v in enumerate(node.inputs) if v is not None]
+    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel",
+                  native=native.kernel_lowering(kernel, present, range(len(node.outputs))))
 
 
 def generated_group(node: Node) -> Choice | str:
@@ -188,7 +196,8 @@ def generated_group(node: Node) -> Choice | str:
     kernel = _compiled(lambda: compile_group(node.attrs["body"], node.name))
     if isinstance(kernel, str):
         return kernel
-    return Choice(_generated(kernel), "generated", f"fused group ({node.attrs.get('kind')}): one LLVM kernel")
+    return Choice(_generated(kernel), "generated", f"fused group ({node.attrs.get('kind')}): one LLVM kernel",
+                  native=native.kernel_lowering(kernel, range(len(node.inputs)), range(len(node.outputs))))
 
 
 def _generated_softmax(rank: int, dtype: Any) -> blas.SoftmaxFn | str:
@@ -260,7 +269,8 @@ def library_contraction(node: Node) -> Choice | str:
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
         return [fn(args).astype(out_types[0].dtype.numpy, copy=False)]
 
-    return Choice(run, "blas", how)
+    sources = [NULL if v is None else Arg("in", i) for i, v in enumerate(node.inputs)]
+    return Choice(run, "blas", how, native=_native_contraction(node, sources, Arg("out", 0)))
 
 
 def contraction_group(node: Node) -> Choice | str:
@@ -276,12 +286,13 @@ def contraction_group(node: Node) -> Choice | str:
         return f"no x86 contraction kernel for the anchor {split.anchor.qualop}"
     fn, how = build(attrs_of(split.anchor), split.anchor)
     if split.body is None:
-        return Choice(_with_epilogue(fn, split, None), "blas", how)
+        return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None))
     kernel = _compiled(lambda: compile_group(split.body, f"{node.name}/epilogue"))
     if isinstance(kernel, str):
         return Choice(_with_epilogue(fn, split, None), "blas+reference epilogue",
                       f"{how}; epilogue on the reference: {kernel}", fallback=True)
-    return Choice(_with_epilogue(fn, split, kernel), "blas+generated epilogue", f"{how}; epilogue: one LLVM kernel")
+    return Choice(_with_epilogue(fn, split, kernel), "blas+generated epilogue", f"{how}; epilogue: one LLVM kernel",
+                  native=_group_lowering(split, kernel))
 
 
 def _with_epilogue(fn: blas.ContractionFn, split: Epilogue, kernel: Any) -> StepKernel:
@@ -300,6 +311,95 @@ def _with_epilogue(fn: blas.ContractionFn, split: Epilogue, kernel: Any) -> Step
     return run
 
 
+# ------------------------------------------------------------------------- native lowerings
+
+
+def _dtype_of(node: Node) -> np.dtype:
+    t = node.outputs[0].type
+    return t.dtype.numpy if t is not None else np.dtype(np.float32)
+
+
+native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg], Lowering]] = {
+    "MatMul": lambda node, src, out: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
+    "Gemm": lambda node, src, out: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node)),
+    "Conv": lambda node, src, out: native.conv_lowering(
+        attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node),
+}
+"""Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
+inputs as pointer arguments, ``out``: where its output goes)."""
+
+
+def _native_contraction(node: Node, sources: Sequence[Arg], out: Arg) -> Lowering | None:
+    build = native_contractions.get(node.qualop)
+    return None if build is None else build(node, sources, out)
+
+
+_Y = Arg("scratch", 1 << 20)  # the anchor's output before it has a scratch index
+
+
+def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
+    return tuple(native.Call(c.address, tuple(new if a == old else a for a in c.args), c.dims, c.what)
+                 for c in step.calls)
+
+
+def _group_lowering(split: Epilogue, kernel: Any) -> Lowering | None:
+    """A contraction group natively: the anchor's calls, then the epilogue kernel's."""
+    keep = [None if const is None else np.ascontiguousarray(const) for _, const in split.anchor_sources]
+    sources = [Arg("in", pos) if pos is not None else NULL if const is None else Arg("addr", const.ctypes.data)
+               for (pos, _), const in zip(split.anchor_sources, keep)]
+    to_output = bool(split.anchor_positions)
+    y_arg = Arg("out", split.anchor_positions[0]) if to_output else _Y
+    anchor = _native_contraction(split.anchor, sources, y_arg)
+    if anchor is None:
+        return None
+    y_type = split.anchor.outputs[0].type
+
+    def lower(ins: Sequence[native.Shape | None], outs: Sequence[native.Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        anchor_shapes = [ins[pos] if pos is not None else None if const is None else const.shape
+                         for (pos, _), const in zip(split.anchor_sources, keep)]
+        if y_type is None or y_type.shape is None:
+            return "the anchor's output has no shape"
+        y_shape = tuple(evaluate_shape(y_type.shape, symbols))
+        step = anchor(anchor_shapes, [y_shape], symbols)
+        if isinstance(step, str):
+            return step
+        scratch = list(step.scratch)
+        calls = list(step.calls)
+        y = y_arg
+        if not to_output:
+            y = Arg("scratch", len(scratch))
+            scratch.append(4 * math.prod(y_shape) if y_shape else 4)
+            calls = list(_renumber(step, _Y, y))
+        copy = native.native_functions()["md_copy"]
+        for p in split.anchor_positions[1:]:
+            calls.append(native.Call(copy, (y, Arg("out", p)), (4 * math.prod(y_shape),), "copy"))
+        if kernel is not None:
+            shapes = [y_shape, *(ins[i] for i in split.input_positions)]
+            if any(s is None for s in shapes):
+                return "an epilogue input is absent"
+            dims = kernel.dims_for(shapes, [outs[p] for p in split.epilogue_positions])
+            args = (y, *(Arg("in", i) for i in split.input_positions),
+                    *(Arg("addr", a) for a in kernel.constant_pointers),
+                    *(Arg("out", p) for p in split.epilogue_positions))
+            calls.append(native.Call(kernel.address, args, tuple(dims), "epilogue"))
+        return NativeStep(tuple(calls), tuple(scratch), (*step.keep, keep, kernel))
+
+    return lower
+
+
+def view_node(node: Node) -> Choice | str:
+    """A Reshape-like node (the output is the input's memory under another shape): no kernel."""
+    out = node.outputs[0].type
+    if out is None or out.shape is None:
+        return "the output shape is unknown"
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return [np.reshape(args[0], tuple(out_types[0].shape))]
+
+    return Choice(run, "view", f"{node.op}: a view of its input (no copy)", native=ALIAS)
+
+
 def reference(node: Node, reason: str) -> Choice:
     """The node's reference kernel (the numpy oracle), with the reason it was chosen."""
     op, attrs = node.metaop, attrs_of(node)
@@ -314,6 +414,7 @@ def reference(node: Node, reason: str) -> Choice:
 
 op_strategies: dict[str, tuple[Strategy, ...]] = {
     "ai.metadef::Fused": (contraction_group, generated_group),
+    **{op: (view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
 }
 
 role_strategies: dict[Role, tuple[Strategy, ...]] = {
@@ -336,7 +437,7 @@ def choose(node: Node) -> Choice:
         got = strategy(node)
         if isinstance(got, Choice):
             reason = "; ".join([*reasons, got.reason]) if got.fallback and reasons else got.reason
-            return Choice(got.kernel, got.kind, reason, got.fallback, strategy.__name__)
+            return Choice(got.kernel, got.kind, reason, got.fallback, strategy.__name__, got.native)
         reasons.append(got)
     if not strategies:
         reasons.append(f"{node.metaop.role.value} op {node.qualop}: no x86 kernel (runs alone, from its reference)")
@@ -360,10 +461,11 @@ def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | s
     got = run(node)
     if isinstance(got, str):
         return f"{strategy} refused {node.name}: {got}"
-    return Choice(got.kernel, got.kind, reason, fallback, strategy)
+    return Choice(got.kernel, got.kind, reason, fallback, strategy, got.native)
 
 
 __all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "choose",
            "contraction_group", "contraction_kernels", "generated_group", "generated_node",
-           "library_contraction", "op_strategies", "reference", "replay", "role_strategies", "split_epilogue",
-           "strategy_named"]
+           "library_contraction", "native_contractions", "op_strategies", "reference", "replay",
+           "role_strategies", "split_epilogue",
+           "strategy_named", "view_node"]

@@ -1,0 +1,105 @@
+"""Arena planning: one block of memory for every intermediate tensor, offsets by lifetime.
+
+A buffer lives from the step that writes it to the last step that reads it (inclusive). Two
+buffers may share bytes when their lifetimes do not overlap. :func:`plan_arena` places the
+buffers greedily by size, largest first, each at the lowest offset where it fits among the
+buffers already placed that overlap it in time (best fit among the gaps): TensorFlow Lite's
+"greedy by size" planner, which is within a few percent of optimal on inference graphs.
+:attr:`ArenaPlan.lower_bound` is the most memory live at any one step: no placement can need
+less, so ``peak / lower_bound`` says how good the plan is.
+
+Example:
+    >>> plan = plan_arena([Buffer(100, 0, 1), Buffer(50, 1, 2), Buffer(100, 2, 3)])
+    >>> plan.offsets, plan.peak, plan.lower_bound
+    ([0, 128, 0], 192, 192)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ALIGNMENT = 64
+"""Every offset is a multiple of this (a cache line; the widest vector load)."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """``size`` bytes live from step ``start`` to step ``end`` (both included)."""
+
+    size: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    """Where each buffer goes (``offsets``, in the order given), the arena's size (``peak``)
+    and the most memory live at one step (``lower_bound``), both with aligned sizes."""
+
+    offsets: list[int]
+    peak: int
+    lower_bound: int
+
+    @property
+    def ratio(self) -> float:
+        """``peak / lower_bound`` (1.0 for an empty plan)."""
+        return self.peak / self.lower_bound if self.lower_bound else 1.0
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def lower_bound(buffers: Sequence[Buffer], alignment: int = ALIGNMENT) -> int:
+    """The most bytes (aligned sizes) live at any one step.
+
+    Example:
+        >>> lower_bound([Buffer(10, 0, 0), Buffer(10, 0, 1), Buffer(64, 1, 1)])
+        128
+    """
+    events: dict[int, int] = {}
+    for b in buffers:
+        size = _aligned(b.size, alignment)
+        events[b.start] = events.get(b.start, 0) + size
+        events[b.end + 1] = events.get(b.end + 1, 0) - size
+    live = best = 0
+    for step in sorted(events):
+        live += events[step]
+        best = max(best, live)
+    return best
+
+
+def plan_arena(buffers: Sequence[Buffer], alignment: int = ALIGNMENT) -> ArenaPlan:
+    """Offsets for ``buffers`` such that buffers alive at the same step never share a byte.
+
+    Example:
+        >>> plan_arena([Buffer(8, 0, 0), Buffer(8, 1, 1)]).offsets
+        [0, 0]
+    """
+    for b in buffers:
+        if b.size < 0 or b.end < b.start:
+            raise ValueError(f"a buffer needs size >= 0 and end >= start, got {b}")
+    order = sorted(range(len(buffers)), key=lambda i: (-buffers[i].size, buffers[i].start, i))
+    offsets = [0] * len(buffers)
+    placed: list[tuple[int, int, int]] = []  # (offset, aligned size, index)
+    peak = 0
+    for i in order:
+        b = buffers[i]
+        size = _aligned(b.size, alignment)
+        busy = sorted((o, s) for o, s, j in placed
+                      if buffers[j].start <= b.end and b.start <= buffers[j].end)
+        best, best_gap, cursor = None, None, 0
+        for o, s in busy:
+            gap = o - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, o + s)
+        offset = best if best is not None else cursor
+        offsets[i] = offset
+        placed.append((offset, size, i))
+        peak = max(peak, offset + size)
+    return ArenaPlan(offsets, peak, lower_bound(buffers, alignment))
+
+
+__all__ = ["ALIGNMENT", "ArenaPlan", "Buffer", "lower_bound", "plan_arena"]

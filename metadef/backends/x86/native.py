@@ -1,0 +1,276 @@
+"""How a step runs natively: its lowering to calls of kernels and native routines.
+
+A :class:`Lowering` takes a step's concrete input and output shapes (once per binding of the
+symbolic dims) and returns the :class:`NativeStep` that computes it: calls in the kernels'
+calling convention (:data:`metadef.codegen.native.ENTRY`), whose pointer arguments are
+:class:`Arg` references resolved by the program (a step input or output, a scratch buffer of
+the step, or a fixed address), or a ``str`` saying why this step runs from Python instead.
+:data:`ALIAS` marks a step whose output is its input's memory under another shape (Reshape,
+Flatten, ...): no call at all.
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import parse_graph
+    >>> from metadef.backends.x86.mapping import choose
+    >>> g = parse_graph('''graph g(%a: f32[n,3], %b: f32[3,2]) -> (%y) {
+    ...   %y: f32[n,2] = MatMul(%a, %b) @mm
+    ...   return %y }''')
+    >>> step = choose(g.nodes[0]).native([(4, 3), (3, 2)], [(4, 2)], {'n': 4})
+    >>> [a.kind for a in step.calls[0].args][:3], step.calls[0].dims[:4]
+    (['in', 'in', 'out'], (1, 4, 2, 3))
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from metadef.backends.x86 import contractions as blas
+from metadef.codegen.native import CONV2D_DIMS, PAD2D_DIMS, SGEMM_DIMS, native_functions
+from metadef.ops.defs.nn_pool import window
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A pointer argument: ``in``/``out`` (the step's input / output ``index``), ``scratch``
+    (the step's scratch buffer ``index``), ``addr`` (a fixed address in ``index``) or ``null``."""
+
+    kind: str
+    index: int = 0
+
+    def __repr__(self) -> str:
+        return f"{self.kind}{self.index}"
+
+
+NULL = Arg("null")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One entry of a native program."""
+
+    address: int
+    args: tuple[Arg, ...]
+    dims: tuple[int, ...]
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class NativeStep:
+    """The calls that compute one step, and the scratch buffers (bytes) they use."""
+
+    calls: tuple[Call, ...]
+    scratch: tuple[int, ...] = ()
+    keep: tuple[Any, ...] = field(default=(), repr=False)
+    """Objects whose memory a call reads by address (kept alive with the step)."""
+
+
+Lowering = Callable[[Sequence[Shape | None], Sequence[Shape], Mapping[str, int]], "NativeStep | str"]
+"""(input shapes, None for an absent input; output shapes; the symbols' values) -> the step."""
+
+
+class _Alias:
+    def __repr__(self) -> str:
+        return "ALIAS"
+
+
+ALIAS: Any = _Alias()
+"""The lowering of a step whose (only) output is its first input's memory, reshaped."""
+
+
+def _blas(routine: str = "sgemm") -> tuple[Arg]:
+    return (Arg("addr", blas.cblas_address(routine)),)
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def sgemm_dims(batch: int, m: int, n: int, k: int, *, trans_a: bool = False, trans_b: bool = False,
+               lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
+               strides: tuple[int, int, int] = (0, 0, 0), bias: tuple[int, int] | None = None,
+               alpha: float = 1.0, beta: float = 1.0) -> tuple[int, ...]:
+    """The dims of ``md_sgemm`` (row-major; ``bias``: its row and column strides).
+
+    Example:
+        >>> sgemm_dims(1, 2, 3, 4)[:7]
+        (1, 2, 3, 4, 4, 3, 3)
+    """
+    values = {"batch": batch, "m": m, "n": n, "k": k,
+              "lda": lda if lda is not None else (m if trans_a else k),
+              "ldb": ldb if ldb is not None else (k if trans_b else n), "ldc": ldc if ldc is not None else n,
+              "trans_a": int(trans_a), "trans_b": int(trans_b), "stride_a": strides[0], "stride_b": strides[1],
+              "stride_c": strides[2], "bias_row_stride": bias[0] if bias else 0,
+              "bias_col_stride": bias[1] if bias else 0, "has_bias": int(bias is not None),
+              "alpha": _f32_bits(alpha), "beta": _f32_bits(beta)}
+    return tuple(values[name] for name in SGEMM_DIMS)
+
+
+def _bias_strides(shape: Shape, m: int, n: int) -> tuple[int, int] | str:
+    """Row and column strides reading a bias of ``shape`` broadcast to ``[m, n]``."""
+    if len(shape) > 2:
+        return f"a bias of rank {len(shape)}"
+    full = (1,) * (2 - len(shape)) + tuple(shape)
+    if full[0] not in (1, m) or full[1] not in (1, n):
+        return f"a bias of shape {list(shape)} does not broadcast to [{m}, {n}]"
+    return (full[1] if full[0] == m and m != 1 else 0, 1 if full[1] == n and n != 1 else 0)
+
+
+def _f32(shapes_ok: bool, dtypes: Sequence[np.dtype | None]) -> str | None:
+    if any(d is not None and d != np.float32 for d in dtypes):
+        return "native BLAS calls take float32 only"
+    return None if shapes_ok else "shapes unknown"
+
+
+def matmul_lowering(a: Arg, b: Arg, out: Arg, dtype: np.dtype) -> Lowering:
+    """``A @ B`` as one sgemm when B is a matrix (A's batch axes fold into M) or as one
+    sgemm per batch when both have the same batch axes; other broadcasts run from Python."""
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        sa, sb = inputs[0], inputs[1]
+        why = _f32(sa is not None and sb is not None, [dtype])
+        if why:
+            return why
+        assert sa is not None and sb is not None
+        if len(sa) < 2 or len(sb) < 2:
+            return "a 1-D MatMul operand"
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        if len(sb) == 2:
+            dims = sgemm_dims(1, math.prod(sa[:-1]), n, k)
+        elif sa[:-2] == sb[:-2]:
+            batch = math.prod(sa[:-2])
+            dims = sgemm_dims(batch, m, n, k, strides=(m * k, k * n, m * n))
+        else:
+            return f"MatMul batch axes {list(sa[:-2])} and {list(sb[:-2])} differ"
+        return NativeStep((Call(native_functions()["md_sgemm"], (a, b, out, *_blas(), NULL, *_blas("sgemv")),
+                                dims, "sgemm"),))
+
+    return lower
+
+
+def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype) -> Lowering:
+    """``alpha * A' B' + beta * C`` as one sgemm (C broadcast into the output first)."""
+    alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
+    trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        why = _f32(inputs[0] is not None and inputs[1] is not None, [dtype])
+        if why:
+            return why
+        sa, sb = inputs[0], inputs[1]
+        assert sa is not None and sb is not None
+        if len(sa) != 2 or len(sb) != 2:
+            return "Gemm operands are not matrices"
+        m, k = (sa[1], sa[0]) if trans_a else sa
+        n = sb[0] if trans_b else sb[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        bias = None
+        if c is not None and beta != 0.0:
+            found = _bias_strides(c, m, n)
+            if isinstance(found, str):
+                return found
+            bias = found
+        dims = sgemm_dims(1, m, n, k, trans_a=trans_a, trans_b=trans_b, bias=bias, alpha=alpha, beta=beta)
+        args = (sources[0], sources[1], out, *_blas(), sources[2] if bias is not None else NULL,
+                *_blas("sgemv"))
+        return NativeStep((Call(native_functions()["md_sgemm"], args, dims, "sgemm"),))
+
+    return lower
+
+
+def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
+                  depthwise: Callable[..., Any] | None) -> Lowering:
+    """A 2-D Conv: ``md_conv2d`` (im2col + sgemm), or for a depthwise conv ``md_pad2d`` and a
+    generated window-sum kernel (``depthwise``: the node compiler)."""
+    group = int(attrs.get("group") or 1)
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        sx, sw = inputs[0], inputs[1]
+        why = _f32(sx is not None and sw is not None, [dtype])
+        if why:
+            return why
+        assert sx is not None and sw is not None
+        if len(sx) != 4:
+            return f"a {len(sx) - 2}-D Conv (native: 2-D)"
+        kernel = tuple(attrs.get("kernel_shape") or sw[2:])
+        win = window(attrs, sx[2:], kernel)
+        begin, end = [int(v) for v in win.begin], [int(v) for v in win.end]
+        if min(*begin, *end) < 0:
+            return "negative pads"
+        n, c, h, w = sx
+        k = sw[0]
+        oh, ow = outputs[0][2:]
+        has_bias = len(inputs) > 2 and inputs[2] is not None
+        bias = sources[2] if has_bias else NULL
+        if sw[1] == 1 and group > 1 and k == c and depthwise is not None:
+            return _depthwise(sx, sw, win, begin, end, sources, bias, out, dtype, depthwise)
+        taps = kernel[0] * kernel[1]
+        direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
+        workspace = 0 if direct else (c // group) * taps * oh * ow * 4
+        values = {"n": n, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
+                  "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
+                  "pt": begin[0], "pl": begin[1], "group": group, "has_bias": int(has_bias)}
+        args = (sources[0], sources[1], out, Arg("scratch", 0) if workspace else NULL,
+                *_blas(), bias)
+        call = Call(native_functions()["md_conv2d"], args, tuple(values[d] for d in CONV2D_DIMS),
+                    "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
+        return NativeStep((call,), (workspace,) if workspace else ())
+
+    return lower
+
+
+def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int], sources: Sequence[Arg],
+               bias: Arg, out: Arg, dtype: np.dtype, compile_node: Callable[..., Any]) -> NativeStep | str:
+    n, c, h, w = sx
+    hp, wp = h + begin[0] + end[0], w + begin[1] + end[1]
+    padded = (n, c, hp, wp)
+    zero = type(win)(win.kernel, win.strides, win.dilations, (0, 0), (0, 0))
+    try:
+        kernel = compile_node(blas.depthwise_node(padded, sw, bias is not NULL, np.dtype(dtype), zero))
+    except Exception as e:  # a refusal: this step runs from Python
+        return f"depthwise kernel: {type(e).__name__}: {e}"
+    out_shape = (n, sw[0], *blas._out_sizes((hp, wp), zero))
+    calls = []
+    x = sources[0]
+    if any(begin) or any(end):
+        values = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp}
+        calls.append(Call(native_functions()["md_pad2d"], (x, Arg("scratch", 0)),
+                          tuple(values[d] for d in PAD2D_DIMS), "pad2d"))
+        x = Arg("scratch", 0)
+    ins = [padded, tuple(sw)] + ([(sw[0],)] if bias is not NULL else [])
+    args = (x, sources[1], *([bias] if bias is not NULL else []),
+            *(Arg("addr", p) for p in kernel.constant_pointers), out)
+    calls.append(Call(kernel.address, args, tuple(kernel.dims_for(ins, [out_shape])), "depthwise kernel"))
+    scratch = (n * c * hp * wp * 4,) if len(calls) == 2 else ()
+    return NativeStep(tuple(calls), scratch, (kernel,))
+
+
+def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) -> Lowering:
+    """A generated kernel reading the step inputs at positions ``inputs`` and writing the
+    step outputs at ``outputs``."""
+
+    def lower(in_shapes: Sequence[Shape | None], out_shapes: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        shapes = [in_shapes[i] for i in inputs]
+        if any(s is None for s in shapes):
+            return "an input of the kernel is absent"
+        dims = kernel.dims_for(shapes, [out_shapes[o] for o in outputs])
+        args = (*(Arg("in", i) for i in inputs), *(Arg("addr", p) for p in kernel.constant_pointers),
+                *(Arg("out", o) for o in outputs))
+        return NativeStep((Call(kernel.address, args, tuple(dims), kernel.name),), (), (kernel,))
+
+    return lower
+
+
+__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "conv_lowering", "gemm_lowering",
+           "kernel_lowering", "matmul_lowering", "sgemm_dims"]

@@ -1,0 +1,376 @@
+"""A compiled graph as native programs over one planned arena, prepared once per binding.
+
+For one binding of the symbolic dims (``{"batch": 8, "seq": 128}``), :func:`bind` works out
+every tensor's shape, lowers each step (:mod:`metadef.backends.x86.native`), plans one arena
+for all intermediates and scratch buffers from their lifetimes (:mod:`metadef.analysis.arena`)
+and builds the entry tables: pointers and dims are prepared here, once. A run then only writes
+the addresses of the caller's inputs and outputs into the tables and makes one ctypes call
+(the GIL released) per *segment*: a maximal run of native steps. Steps without a native form
+(reference fallbacks, contractions with odd broadcasts) run from Python between segments, on
+numpy views of the arena, and copy their results into their planned place.
+
+A view step (Reshape, Flatten, Squeeze, Unsqueeze, Identity) costs nothing: its output shares
+its input's memory, whose lifetime grows to cover the view's readers. Graph outputs are never
+in the arena: each run writes them into arrays the caller owns (new ones, or the ``outputs=``
+buffers).
+
+A :class:`BoundProgram` holds its arena and tables, so one serves one run at a time;
+:class:`ProgramPool` keeps a few per binding for runs from several threads at once.
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import parse_graph
+    >>> from metadef.backends.x86 import X86Backend
+    >>> g = parse_graph('''graph g(%x: f32[n,2,2], %w: f32[2,2]) -> (%y) {
+    ...   %h: f32[n,2,2] = MatMul(%x, %w) @mm
+    ...   %r: f32[n,4] = Flatten(%h) @view
+    ...   %y: f32[n,4] = Relu(%r) @relu
+    ...   return %y }''')
+    >>> exe = X86Backend().compile(g, cache=False)
+    >>> bound = exe.programs.bound({"n": 3})
+    >>> print(bound.describe())
+    native program for n=3: 3 steps (2 native calls in 1 segment, 0 from Python, 1 views);
+      arena 64 bytes (lower bound 64)
+    >>> exe.programs.give_back(bound)
+    >>> x = np.arange(12, dtype=np.float32).reshape(3, 2, 2) - 6
+    >>> exe.run({"x": x, "w": np.eye(2, dtype=np.float32)}, {"n": 3})[0][0]
+    array([0., 0., 0., 0.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
+from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
+from metadef.codegen.native import PROGRAM, native_functions
+from metadef.core.errors import BackendError, MetadefError
+from metadef.ir import format_node
+from metadef.shape import evaluate_shape
+
+log = logging.getLogger("metadef.backends.x86")
+
+_EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
+_EMPTY_ADDRESS = _EMPTY.ctypes.data
+
+BINDINGS_KEPT = 8
+"""How many bindings of the symbols keep their prepared programs (least recently used go)."""
+
+PROGRAMS_PER_BINDING = 4
+"""How many prepared programs (arenas) one binding keeps for concurrent runs."""
+
+INPUT, OUTPUT, CONST, ARENA = "input", "output", "const", "arena"
+
+
+@dataclass
+class _Storage:
+    """Where a value's bytes are: a graph input or output (per run), a constant, or the arena."""
+
+    kind: str
+    index: int  # the input / output position, or the arena buffer
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class _Segment:
+    """A maximal run of native steps: one entry table, one call."""
+
+    def __init__(self, calls: list[tuple[int, list[int], list[int]]]) -> None:
+        n = len(calls)
+        self.count = n
+        self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for _, a, _ in calls]
+        self.dims = [(ctypes.c_int64 * max(1, len(d)))(*d) for _, _, d in calls]
+        self.table = ((ctypes.c_void_p * 3) * max(1, n))()
+        for i, (fn, _, _) in enumerate(calls):
+            self.table[i][0] = fn
+            self.table[i][1] = ctypes.cast(self.args[i], ctypes.c_void_p).value
+            self.table[i][2] = ctypes.cast(self.dims[i], ctypes.c_void_p).value
+        self.address = ctypes.addressof(self.table)
+
+
+@dataclass
+class _PythonStep:
+    """A step run from Python: its kernel, where its inputs are, where its outputs go."""
+
+    index: int
+    inputs: list[_Storage | None]
+    outputs: list[_Storage]
+
+
+class BoundProgram:
+    """The executable prepared for one binding: arena, entry tables, Python steps."""
+
+    def __init__(self, exe: Any, symbols: Mapping[str, int]) -> None:
+        self.exe = exe
+        self.symbols = dict(symbols)
+        self._build()
+
+    # -------------------------------------------------------------------------- building
+
+    def _build(self) -> None:
+        exe = self.exe
+        graph = exe.graph
+        types = exe._shape_plan(self.symbols)
+        storage: dict[int, _Storage] = {}
+        for k, (v, i) in enumerate(zip(graph.inputs, exe.input_ids)):
+            storage[i] = _Storage(INPUT, k, tuple(evaluate_shape(v.type.shape, self.symbols)), v.type.dtype.numpy)
+        for i, data in exe.consts:
+            storage[i] = _Storage(CONST, i, tuple(np.shape(data)), np.asarray(data).dtype)
+        outputs = {i: k for k, i in enumerate(exe.output_ids)}
+        buffers: list[list[int]] = []  # [size, start, end]
+        self.steps: list[tuple[str, Any]] = []  # ("native", NativeStep, args...) or ("python", ...)
+        lowered: list[tuple[Any, list[_Storage | None], list[_Storage], list[int], int]] = []
+        self.views = 0
+        for s, (step, out_types) in enumerate(zip(exe.steps, types)):
+            if out_types is None:
+                raise _Unplannable(f"the output shapes of {step.node.name} ({step.node.qualop}) depend on "
+                                   f"values, not only on the symbols")
+            ins = [None if i is None else storage[i] for i in step.in_ids]
+            for st in ins:
+                if st is not None and st.kind == ARENA:
+                    buffers[st.index][2] = s
+            outs: list[_Storage] = []
+            lowering = step.native
+            if lowering is ALIAS and step.out_ids[0] not in outputs and ins[0] is not None:
+                view = ins[0]
+                storage[step.out_ids[0]] = _Storage(view.kind, view.index, tuple(out_types[0].shape), view.dtype)
+                self.views += 1
+                continue
+            for i, t in zip(step.out_ids, out_types):
+                shape, dtype = tuple(t.shape), t.dtype.numpy
+                if i in outputs:
+                    st = _Storage(OUTPUT, outputs[i], shape, dtype)
+                else:
+                    buffers.append([math.prod(shape) * dtype.itemsize, s, s])
+                    st = _Storage(ARENA, len(buffers) - 1, shape, dtype)
+                storage[i] = st
+                outs.append(st)
+            native = None
+            if lowering is ALIAS:
+                native = _copy_step(ins[0], outs[0])
+            elif lowering is not None:
+                try:
+                    native = lowering([None if st is None else st.shape for st in ins], [o.shape for o in outs],
+                                      self.symbols)
+                except MetadefError as e:
+                    native = f"{type(e).__name__}: {e}"
+            if isinstance(native, NativeStep):
+                scratch = []
+                for size in native.scratch:
+                    buffers.append([size, s, s])
+                    scratch.append(len(buffers) - 1)
+                lowered.append((native, ins, outs, scratch, s))
+                self.steps.append(("native", len(lowered) - 1))
+            else:
+                lowered.append((native if isinstance(native, str) else "no native form", ins, outs, [], s))
+                self.steps.append(("python", len(lowered) - 1))
+        last = len(exe.steps) - 1
+        for i in exe.output_ids:  # an output that is an intermediate's view: keep it to the end
+            st = storage[i]
+            if st.kind == ARENA:
+                buffers[st.index][2] = last
+        self.plan = plan_arena([Buffer(size, start, end) for size, start, end in buffers])
+        self.arena = np.empty(self.plan.peak + ALIGNMENT, np.uint8)
+        base = self.arena.ctypes.data
+        self.base = base + (-base) % ALIGNMENT
+        self.offsets = self.plan.offsets
+        self.output_storage = [storage[i] for i in exe.output_ids]
+        self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
+        self._assemble(lowered)
+
+    def _address(self, st: _Storage | None) -> int | None:
+        """A fixed address, or None for a graph input or output (patched per run)."""
+        if st is None:
+            return 0
+        if st.kind == ARENA:
+            return self.base + self.offsets[st.index]
+        if st.kind == CONST:
+            data = self.exe.const_arrays[st.index]
+            return data.ctypes.data if data.size else _EMPTY_ADDRESS
+        return None
+
+    def _assemble(self, lowered: list[tuple[Any, list[_Storage | None], list[_Storage], list[int], int]]) -> None:
+        self.patches: list[tuple[Any, int, str, int]] = []  # (pointer array, slot, input/output, position)
+        self.segments: list[_Segment | _PythonStep] = []
+        self.kept: list[Any] = []
+        pending: list[tuple[int, list[int], list[int]]] = []
+        pending_patches: list[tuple[int, int, str, int]] = []
+        self.native_calls = self.python_steps = 0
+        self.python_reasons: list[tuple[str, str]] = []
+        for kind, index in self.steps:
+            what, ins, outs, scratch, step_index = lowered[index]
+            if kind == "python":
+                self._flush(pending, pending_patches)
+                pending, pending_patches = [], []
+                self.segments.append(_PythonStep(step_index, ins, outs))
+                self.python_reasons.append((self.exe.steps[step_index].node.name, str(what)))
+                self.python_steps += 1
+                continue
+            self.kept.append(what.keep)
+            for call in what.calls:
+                pointers: list[int] = []
+                for slot, arg in enumerate(call.args):
+                    pointers.append(self._resolve(arg, ins, outs, scratch, len(pending), slot, pending_patches))
+                pending.append((call.address, pointers, list(call.dims)))
+                self.native_calls += 1
+        self._flush(pending, pending_patches)
+        self._program = PROGRAM(native_functions()["md_run_program"])
+
+    def _resolve(self, arg: Arg, ins: list[_Storage | None], outs: list[_Storage], scratch: list[int],
+                 call: int, slot: int, patches: list[tuple[int, int, str, int]]) -> int:
+        if arg.kind == "null":
+            return 0
+        if arg.kind == "addr":
+            return arg.index
+        if arg.kind == "scratch":
+            return self.base + self.offsets[scratch[arg.index]]
+        st = ins[arg.index] if arg.kind == "in" else outs[arg.index]
+        address = self._address(st)
+        if address is None:
+            assert st is not None
+            patches.append((call, slot, st.kind, st.index))
+            return 0
+        return address
+
+    def _flush(self, pending: list[tuple[int, list[int], list[int]]],
+               patches: list[tuple[int, int, str, int]]) -> None:
+        if not pending:
+            return
+        segment = _Segment(pending)
+        self.segments.append(segment)
+        for call, slot, kind, position in patches:
+            self.patches.append((segment.args[call], slot, kind, position))
+
+    # --------------------------------------------------------------------------- running
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """Run on contiguous ``inputs`` (graph order) into contiguous ``outputs``."""
+        addresses = {INPUT: [a.ctypes.data if a.size else _EMPTY_ADDRESS for a in inputs],
+                     OUTPUT: [a.ctypes.data if a.size else _EMPTY_ADDRESS for a in outputs]}
+        for array, slot, kind, position in self.patches:
+            array[slot] = addresses[kind][position]
+        for segment in self.segments:
+            if isinstance(segment, _Segment):
+                self._program(segment.address, segment.count)
+            else:
+                self._run_python(segment, inputs, outputs)
+        for k, st in enumerate(self.output_storage):  # outputs no step wrote: inputs, constants, repeats
+            if st.kind != OUTPUT or st.index != k:
+                np.copyto(outputs[k], self._view(st, inputs, outputs))
+
+    def _view(self, st: _Storage, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:
+        if st.kind == INPUT:
+            return inputs[st.index].reshape(st.shape)
+        if st.kind == OUTPUT:
+            return outputs[st.index].reshape(st.shape)
+        if st.kind == CONST:
+            return np.asarray(self.exe.const_arrays[st.index]).reshape(st.shape)
+        offset = self.base - self.arena.ctypes.data + self.offsets[st.index]
+        count = math.prod(st.shape)
+        return self.arena[offset:offset + count * st.dtype.itemsize].view(st.dtype).reshape(st.shape)
+
+    def _run_python(self, step: _PythonStep, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        exe_step = self.exe.steps[step.index]
+        args = [None if st is None else self._view(st, inputs, outputs) for st in step.inputs]
+        types = self.exe._shape_plan(self.symbols)[step.index]
+        try:
+            results = exe_step.kernel(args, types)
+        except MetadefError:
+            raise
+        except Exception as e:
+            raise BackendError(f"x86 backend failed at node ({exe_step.kind} kernel):\n"
+                               f"  {format_node(exe_step.node)}\n  {type(e).__name__}: {e}") from e
+        for st, result in zip(step.outputs, results):
+            target = self._view(st, inputs, outputs)
+            if target.shape != np.shape(result):
+                raise BackendError(f"x86: node {exe_step.node.name} made an output of shape "
+                                   f"{list(np.shape(result))}, its type says {list(target.shape)}")
+            np.copyto(target, result, casting="unsafe")
+
+    def describe(self) -> str:
+        """What the program holds: steps, native calls, segments, Python steps and views; then
+        the arena's size next to the lifetime lower bound."""
+        binding = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols.items())) or "static shapes"
+        segments = sum(isinstance(s, _Segment) for s in self.segments)
+        return (f"native program for {binding}: {len(self.exe.steps)} steps ({self.native_calls} native calls "
+                f"in {segments} segment{'s' if segments != 1 else ''}, {self.python_steps} from Python, "
+                f"{self.views} views);\n  arena {self.plan.peak} bytes (lower bound {self.plan.lower_bound})")
+
+
+def _copy_step(src: _Storage | None, dst: _Storage) -> NativeStep | str:
+    if src is None:
+        return "no input"
+    nbytes = math.prod(dst.shape) * dst.dtype.itemsize
+    return NativeStep((Call(native_functions()["md_copy"], (Arg("in", 0), Arg("out", 0)), (nbytes,), "copy"),))
+
+
+class _Unplannable(BackendError):
+    """The graph cannot be prepared as native programs for this binding (shapes depend on values)."""
+
+
+class ProgramPool:
+    """Prepared programs per binding (LRU over :data:`BINDINGS_KEPT` bindings), several per
+    binding for concurrent runs; :meth:`run` takes one, runs it, and gives it back."""
+
+    def __init__(self, exe: Any) -> None:
+        self.exe = exe
+        self._free: OrderedDict[tuple[tuple[str, int], ...], list[BoundProgram]] = OrderedDict()
+        self._refused: dict[tuple[tuple[str, int], ...], str] = {}
+        self._lock = threading.Lock()
+        self.built = 0
+
+    def bound(self, symbols: Mapping[str, int]) -> BoundProgram:
+        """A prepared program for ``symbols`` (taken from the pool, or built); raises
+        :class:`BackendError` when the graph's shapes depend on values."""
+        key = tuple(sorted(symbols.items()))
+        with self._lock:
+            why = self._refused.get(key)
+            if why is not None:
+                raise _Unplannable(why)
+            free = self._free.get(key)
+            if free:
+                self._free.move_to_end(key)
+                return free.pop()
+        try:
+            program = BoundProgram(self.exe, symbols)
+        except _Unplannable as e:
+            with self._lock:
+                self._refused[key] = str(e)
+            log.info("x86: %s runs step by step for %s: %s", self.exe.graph.name, dict(symbols), e)
+            raise
+        self.built += 1
+        if self.exe.debug:
+            log.debug("x86: %s", program.describe())
+        return program
+
+    def give_back(self, program: BoundProgram) -> None:
+        key = tuple(sorted(program.symbols.items()))
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            self._free.move_to_end(key)
+            if len(free) < PROGRAMS_PER_BINDING:
+                free.append(program)
+            while len(self._free) > BINDINGS_KEPT:
+                self._free.popitem(last=False)
+
+    def run(self, symbols: Mapping[str, int], inputs: Sequence[np.ndarray],
+            outputs: Sequence[np.ndarray]) -> None:
+        program = self.bound(symbols)
+        try:
+            program.run(inputs, outputs)
+        finally:
+            self.give_back(program)
+
+
+unplannable: Callable[[BaseException], bool] = lambda e: isinstance(e, _Unplannable)  # noqa: E731
+
+__all__ = ["BINDINGS_KEPT", "PROGRAMS_PER_BINDING", "BoundProgram", "ProgramPool", "unplannable"]
