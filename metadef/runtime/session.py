@@ -94,11 +94,41 @@ class Session:
             raise InputError("input shapes break the model's constraints: " + "; ".join(bad))
         return arrays, symbols
 
-    def run(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """Run on named inputs; returns every output (or the named ones) by name."""
+    def run(self, feeds: Mapping[str, Any],
+            outputs: Sequence[str] | Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run on named inputs; returns every output (or the named ones) by name.
+
+        ``outputs``: the names of the outputs to return, or a dict of caller buffers by output
+        name (C-contiguous, of the output's dtype and shape for these inputs), which this run
+        writes in place and returns with the other outputs. ``run`` may be called from several
+        threads at once.
+
+        Example:
+            >>> import numpy as np, metadef as md
+            >>> from metadef.ir import parse_graph
+            >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: f32[n] = Neg(%x) return %y }")
+            >>> sess = md.compile(g, target="x86")
+            >>> buffer = np.empty(2, np.float32)
+            >>> sess.run({"x": np.array([1, -2], np.float32)}, outputs={"y": buffer})["y"] is buffer
+            True
+            >>> buffer
+            array([-1.,  2.], dtype=float32)
+        """
         arrays, symbols = self._check(feeds)
+        names = [spec.name for spec in self.outputs]
+        if isinstance(outputs, Mapping):
+            unknown = [o for o in outputs if o not in names]
+            if unknown:
+                raise InputError(f"outputs= names unknown output(s) {unknown}; outputs are " + ", ".join(names))
+            buffers = [outputs.get(name) for name in names]
+            if getattr(self.executable, "writes_outputs", False):
+                results = self.executable.run(arrays, symbols, outputs=buffers)  # type: ignore[call-arg]
+            else:
+                results = [_fill(b, r, name) for b, r, name in
+                           zip(buffers, self.executable.run(arrays, symbols), names)]
+            return dict(zip(names, results))
         results = self.executable.run(arrays, symbols)
-        named = {spec.name: r for spec, r in zip(self.outputs, results)}
+        named = dict(zip(names, results))
         if outputs is None:
             return named
         missing = [o for o in outputs if o not in named]
@@ -111,6 +141,19 @@ class Session:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"Session[{self.target}]({ins}) -> ({outs})"
+
+
+def _fill(buffer: np.ndarray | None, result: np.ndarray, name: str) -> np.ndarray:
+    """``result`` copied into the caller's ``buffer`` (checked), or ``result`` itself."""
+    if buffer is None:
+        return result
+    if not isinstance(buffer, np.ndarray) or buffer.shape != result.shape or buffer.dtype != result.dtype:
+        got = f"{buffer.dtype}{list(buffer.shape)}" if isinstance(buffer, np.ndarray) else type(buffer).__name__
+        raise InputError(f"the buffer for output {name!r} is {got}; this run makes {result.dtype}{list(result.shape)}")
+    if not buffer.flags.writeable:
+        raise InputError(f"the buffer for output {name!r} is read-only")
+    np.copyto(buffer, result)
+    return buffer
 
 
 __all__ = ["IOSpec", "Runnable", "Session"]

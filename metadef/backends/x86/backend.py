@@ -213,11 +213,14 @@ class X86Executable:
         return infer_types(step.node.metaop, step.node.name, concrete, step.node.attrs, args,
                            n_outputs=len(step.node.outputs))
 
+    writes_outputs = True
+    """``run`` takes ``outputs=``: the caller's buffers, written in place."""
+
     def run(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int],
-            outputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+            outputs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         """The graph outputs, in order, for inputs by name and the values of the symbols;
         with ``outputs``, written into those arrays (C-contiguous, of the outputs' dtypes and
-        shapes), which are returned.
+        shapes; None: a new array), which are returned.
 
         The graph runs as native programs prepared for this binding of the symbols (see
         :mod:`metadef.backends.x86.program`); when its shapes depend on values it runs step by
@@ -231,10 +234,10 @@ class X86Executable:
             results = self.run_steps(feeds, symbols)
             if outputs is None:
                 return results
-            for buffer, result in (zip(_checked(outputs, [(r.shape, r.dtype) for r in results]),
-                                                     results)):
+            buffers = _checked(outputs, [(r.shape, r.dtype) for r in results])
+            for buffer, result in zip(buffers, results):
                 np.copyto(buffer, result)
-            return list(outputs)
+            return buffers
         try:
             self._check_inputs(program, inputs)
             expected = [(st.shape, st.dtype) for st in program.output_storage]
@@ -280,19 +283,25 @@ class X86Executable:
         return [slots[i] for i in self.output_ids]
 
 
-def _checked(outputs: Sequence[np.ndarray], expected: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
-    """The caller's output buffers, checked: one per output, of its shape and dtype,
-    C-contiguous and writeable."""
+def _checked(outputs: Sequence[np.ndarray | None],
+             expected: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
+    """The caller's output buffers, checked (one per output, of its shape and dtype,
+    C-contiguous and writeable); a new array where the caller gives None."""
     if len(outputs) != len(expected):
-        raise InputError(f"outputs= has {len(outputs)} arrays, the model has {len(expected)} outputs")
+        raise InputError(f"outputs= has {len(outputs)} entries, the model has {len(expected)} outputs")
+    checked = []
     for k, (array, (shape, dtype)) in enumerate(zip(outputs, expected)):
+        if array is None:
+            checked.append(np.empty(shape, dtype))
+            continue
         if not isinstance(array, np.ndarray) or array.shape != tuple(shape) or array.dtype != dtype:
             got = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
             raise InputError(f"output buffer {k} is {got}; this run makes {np.dtype(dtype)}{list(shape)}")
         if not (array.flags.c_contiguous and array.flags.writeable):
             raise InputError(f"output buffer {k} must be a writeable C-contiguous array "
                              f"(np.empty({tuple(shape)}, np.{np.dtype(dtype).name}))")
-    return list(outputs)
+        checked.append(array)
+    return checked
 
 
 class X86Backend:

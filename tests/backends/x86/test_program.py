@@ -1,0 +1,167 @@
+"""x86 native programs: one call per segment, the arena, caller buffers, threads, bad input.
+
+Every check compares the native program with the step-by-step Python path of the same
+executable and with the reference backend, on real LLVM-compiled code.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import metadef as md
+from metadef.backends.reference import ReferenceBackend
+from metadef.codegen import compile_count
+from metadef.core.errors import BackendError, InputError
+from metadef.ir import parse_graph
+from metadef.runtime.session import Session
+
+pytestmark = pytest.mark.jit
+
+RNG = np.random.default_rng(7)
+
+# conv (padded, strided) + bias + relu, a 1x1 conv, depthwise conv, flatten (a view), gemm,
+# softmax: every native form, and a Shape step (runs from Python) in the middle
+CNN = """graph cnn(%x: f32[n,3,10,10]) -> (%p, %s) {
+  %w1: f32[8,3,3,3] = const
+  %b1: f32[8] = const
+  %c1: f32[n,8,5,5] = Conv(%x, %w1, %b1) {pads=[1,1,1,1], strides=[2,2]} @conv1
+  %r1: f32[n,8,5,5] = Relu(%c1) @relu1
+  %wd: f32[8,1,3,3] = const
+  %c2: f32[n,8,5,5] = Conv(%r1, %wd) {group=8, pads=[1,1,1,1]} @dw
+  %wp: f32[4,8,1,1] = const
+  %c3: f32[n,4,5,5] = Conv(%c2, %wp) @pw
+  %f: f32[n,100] = Flatten(%c3) @flat
+  %wg: f32[10,100] = const
+  %bg: f32[10] = const
+  %g: f32[n,10] = Gemm(%f, %wg, %bg) {transB=1} @fc
+  %p: f32[n,10] = Softmax(%g) {axis=1} @softmax
+  %s: i64[2] = Shape(%g) @shape
+  return %p, %s }"""
+
+
+def _graph(text: str) -> md.Graph:
+    """The graph, each ``%name: f32[dims] = const`` drawn at random."""
+    consts = {name: RNG.standard_normal([int(d) for d in dims.split(",")], dtype=np.float32)
+              for name, dims in re.findall(r"%(\w+): f32\[([\d,]+)\] = const", text)}
+    return parse_graph(text, constants=consts)
+
+
+@pytest.fixture(scope="module")
+def cnn() -> tuple[md.Graph, Session]:
+    g = _graph(CNN)
+    return g, md.compile(g, target="x86")
+
+
+def _reference(g: md.Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return Session(g, ReferenceBackend().compile(g), "reference").run(feeds)
+
+
+def test_every_native_form_matches_the_reference_at_random_batch_sizes(cnn: tuple[md.Graph, Session]) -> None:
+    g, sess = cnn
+    sess.run({"x": RNG.standard_normal((1, 3, 10, 10), dtype=np.float32)})
+    compiled = compile_count()
+    for n in RNG.integers(1, 9, size=5):
+        feeds = {"x": RNG.standard_normal((int(n), 3, 10, 10), dtype=np.float32)}
+        got, want = sess.run(feeds), _reference(g, feeds)
+        np.testing.assert_allclose(got["p"], want["p"], rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(got["s"], want["s"])
+        steps = sess.executable.run_steps(feeds, {"n": int(n)})
+        np.testing.assert_allclose(got["p"], steps[0], rtol=1e-5, atol=1e-7)
+    assert compile_count() == compiled  # new batch sizes compile nothing
+
+
+def test_the_program_is_native_but_for_the_shape_step(cnn: tuple[md.Graph, Session]) -> None:
+    _, sess = cnn
+    program = sess.executable.programs.bound({"n": 2})
+    try:
+        assert program.python_steps == 1 and program.python_reasons[0][0] == "shape"
+        assert program.views == 1
+        assert program.plan.peak <= 1.1 * program.plan.lower_bound
+        assert "arena" in program.describe()
+    finally:
+        sess.executable.programs.give_back(program)
+
+
+def test_outputs_go_into_caller_buffers(cnn: tuple[md.Graph, Session]) -> None:
+    g, sess = cnn
+    feeds = {"x": RNG.standard_normal((3, 3, 10, 10), dtype=np.float32)}
+    buffer = np.full((3, 10), np.nan, np.float32)
+    got = sess.run(feeds, outputs={"p": buffer})
+    assert got["p"] is buffer and got["s"].tolist() == [3, 10]
+    np.testing.assert_allclose(buffer, _reference(g, feeds)["p"], rtol=1e-4, atol=1e-6)
+    with pytest.raises(InputError, match=r"output buffer 0 is float32\[2, 10\]"):
+        sess.run(feeds, outputs={"p": np.empty((2, 10), np.float32)})
+    with pytest.raises(InputError, match="C-contiguous"):
+        sess.run(feeds, outputs={"p": np.empty((10, 3), np.float32).T})
+    with pytest.raises(InputError, match="unknown output"):
+        sess.run(feeds, outputs={"q": buffer})
+
+
+def test_runs_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) -> None:
+    g, sess = cnn
+    inputs = [{"x": RNG.standard_normal((1 + i % 3, 3, 10, 10), dtype=np.float32)} for i in range(8)]
+    want = [_reference(g, f)["p"] for f in inputs]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(20):
+                i = (k + _) % len(inputs)
+                np.testing.assert_allclose(sess.run(inputs[i])["p"], want[i], rtol=1e-4, atol=1e-6)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_bad_inputs_get_clear_errors(cnn: tuple[md.Graph, Session]) -> None:
+    _, sess = cnn
+    x = RNG.standard_normal((2, 3, 10, 10), dtype=np.float32)
+    with pytest.raises(InputError, match="dtype float64"):
+        sess.run({"x": x.astype(np.float64)})
+    with pytest.raises(InputError, match="'x' has shape"):
+        sess.run({"x": x[0]})  # rank 3
+    with pytest.raises(InputError, match="'x' has shape"):
+        sess.run({"x": x[:, :, :9]})  # a static dim broken
+    with pytest.raises(InputError, match="missing input"):
+        sess.run({})
+    with pytest.raises(BackendError, match="read by conv1"):  # the executable without the Session
+        sess.executable.run({"x": x[:, :, :9]}, {"n": 2})
+    strided = np.asfortranarray(x)  # non-contiguous input: copied, same answer
+    np.testing.assert_allclose(sess.run({"x": strided})["p"], sess.run({"x": x})["p"], rtol=1e-6)
+
+
+def test_outputs_that_are_inputs_constants_views_or_repeated() -> None:
+    g = _graph("""graph g(%x: f32[n,4]) -> (%x, %k, %v, %y, %y) {
+      %k: f32[2] = const
+      %y: f32[n,4] = Relu(%x) @relu
+      %v: f32[4,n] = Transpose(%y) {perm=[1,0]} @t
+      return %x, %k, %v, %y, %y }""")
+    sess = md.compile(g, target="x86")
+    x = RNG.standard_normal((3, 4), dtype=np.float32)
+    out = list(sess.executable.run({"x": x}, {"n": 3}))
+    want = [x, g.constants[0].const, np.maximum(x, 0).T, np.maximum(x, 0), np.maximum(x, 0)]
+    for o, w in zip(out, want):
+        np.testing.assert_allclose(o, w, rtol=1e-6)
+    assert out[0] is not x and out[3] is not out[4]  # the caller owns every output
+
+
+def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
+    g = _graph("""graph g(%x: f32[n,2,2]) -> (%f, %y) {
+      %y: f32[n,2,2] = Exp(%x) @exp
+      %f: f32[n,4] = Flatten(%y) @flat
+      return %f, %y }""")
+    sess = md.compile(g, target="x86")
+    x = RNG.standard_normal((2, 2, 2), dtype=np.float32)
+    got = sess.run({"x": x})
+    np.testing.assert_allclose(got["f"], np.exp(x).reshape(2, 4), rtol=1e-6)
+    assert not np.shares_memory(got["f"], got["y"])
