@@ -1,4 +1,5 @@
-"""Reductions and scans: ReduceSum and its nine siblings, ArgMax/ArgMin, CumSum, TopK.
+"""Reductions and scans: ReduceSum and its nine siblings, ArgMax/ArgMin, CumSum, CumProd,
+TopK.
 
 Every ``Reduce*`` op takes its axes as input 1 (``reads=(1,)``); older opsets, where ``axes``
 was an attribute (ReduceSum below 13, the others below 18), are moved to that form by
@@ -19,8 +20,8 @@ whose range 1 comes from the output shape::
 Each op's semantics is that expression, written per node from its axes (a constant input, or
 the value at run time in the reference backend). A node whose axes are not known, or that
 reduces over an empty axis (where the identity value depends on the dtype), has no expression
-and runs the op's numpy reference (:func:`reduce_reference`) instead. ArgMax/ArgMin, CumSum
-and TopK are opaque by nature (a pick, a scan, a sort).
+and runs the op's numpy reference (:func:`reduce_reference`) instead. ArgMax/ArgMin, CumSum,
+CumProd and TopK are opaque by nature (a pick, a scan, a sort).
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -332,27 +333,45 @@ def _cumsum_rule(ctx: InferContext) -> list[Any]:
     return [shape]
 
 
-def _cumsum_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.ndarray:
-    # Opaque: a scan's comprehension (sum[j] x[j] * (j <= i)) is quadratic in the axis
-    # length, and the axis is a run-time input; np.cumsum is the linear scan.
-    x = np.asarray(inputs[0])
-    axis = int(np.asarray(inputs[1]).reshape(-1)[0]) % max(x.ndim, 1)
-    work = _work(x)
-    if attrs["reverse"]:
-        work = np.flip(work, axis)
-    out = np.cumsum(work, axis=axis, dtype=work.dtype)
-    if attrs["exclusive"]:  # shift by one: each element sums what comes strictly before it
-        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=axis)),
-                              np.take(out, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
-    return np.flip(out, axis) if attrs["reverse"] else out
+def scan_reference(accumulate: Callable[..., np.ndarray], identity: int) -> Callable[..., np.ndarray]:
+    """The numpy reference of a scan along a run-time axis: ``accumulate`` is ``np.cumsum`` or
+    ``np.cumprod``, ``identity`` what an exclusive scan starts from (0 or 1).
+
+    Example:
+        >>> attrs = {"exclusive": 1, "reverse": 0}
+        >>> scan_reference(np.cumprod, 1)([np.array([2, 3, 4]), np.array(0)], attrs)
+        array([1, 2, 6])
+    """
+
+    def reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.ndarray:
+        # Opaque: a scan's comprehension (sum[j] x[j] * (j <= i)) is quadratic in the axis
+        # length, and the axis is a run-time input; numpy's accumulate is the linear scan.
+        x = np.asarray(inputs[0])
+        axis = int(np.asarray(inputs[1]).reshape(-1)[0]) % max(x.ndim, 1)
+        work = _work(x)
+        if attrs["reverse"]:
+            work = np.flip(work, axis)
+        out = accumulate(work, axis=axis, dtype=work.dtype)
+        if attrs["exclusive"]:  # shift by one: each element scans what comes strictly before it
+            out = np.concatenate([np.full_like(np.take(out, [0], axis=axis), identity),
+                                  np.take(out, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
+        return np.flip(out, axis) if attrs["reverse"] else out
+
+    return reference
 
 
+_SCAN_TYPES = "T in {float, int32, int64, uint32, uint64}; Tind in {int32, int64}"
 CumSum = metaop("CumSum", inputs=("x", "axis: Tind"), outputs=("y",),
-                attrs={"exclusive": int_(0), "reverse": int_(0)},
-                types="T in {float, int32, int64, uint32, uint64}; Tind in {int32, int64}",
-                rule=_cumsum_rule, reference=_cumsum_reference, role=Role.OPAQUE,
+                attrs={"exclusive": int_(0), "reverse": int_(0)}, types=_SCAN_TYPES,
+                rule=_cumsum_rule, reference=scan_reference(np.cumsum, 0), role=Role.OPAQUE,
                 reads=(1,), since=(11, 14),
                 doc="running sums along axis (exclusive: strictly before; reverse: from the end)")
+CumProd = metaop("CumProd", inputs=("x", "axis: Tind"), outputs=("y",),
+                 attrs={"exclusive": int_(0), "reverse": int_(0)}, types=_SCAN_TYPES,
+                 rule=_cumsum_rule, reference=scan_reference(np.cumprod, 1), role=Role.OPAQUE,
+                 reads=(1,), since=(26,),
+                 doc="running products along axis (exclusive: strictly before; reverse: from "
+                     "the end)")
 
 
 # ------------------------------------------------------------------ TopK
