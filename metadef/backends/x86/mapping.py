@@ -30,7 +30,7 @@ from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import native
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
-from metadef.ir import Graph, Node, Value
+from metadef.ir import Graph, GraphBuilder, Node, Value
 from metadef.ops import Role
 from metadef.ops.defs.fused import run_body
 from metadef.ops.interface import resolve_attrs
@@ -319,11 +319,37 @@ def _dtype_of(node: Node) -> np.dtype:
     return t.dtype.numpy if t is not None else np.dtype(np.float32)
 
 
-native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg], Lowering]] = {
+def _attention_softmax(node: Node) -> Any:
+    """A generated ``softmax(S + mask)`` over the last axis for an Attention node's scores
+    ``S`` (symbolic shape ``[*B, M, N]``), or None when it cannot be had."""
+    q, k = node.inputs[0].type, node.inputs[1].type
+    mask = node.inputs[3] if len(node.inputs) > 3 else None
+    if q is None or k is None or q.shape is None or k.shape is None or CODEGEN_MISSING is not None:
+        return None
+    b = GraphBuilder(f"{node.name}/softmax")
+    s = b.input("scores", TensorType(q.dtype, (*q.shape[:-1], k.shape[-2])))
+    if mask is not None:
+        if mask.type is None or mask.type.shape is None:
+            return None
+        s, = b.node("Add", [s, b.input("mask", mask.type)])
+    p, = b.node("Softmax", [s], {"axis": -1})
+    b.output(p)
+    compiled = _compiled(lambda: compile_group(b.build(), f"{node.name}/softmax"))
+    return None if isinstance(compiled, str) else compiled
+
+
+def _native_attention(node: Node, sources: Sequence[Arg], out: Arg) -> Lowering | None:
+    softmax = _attention_softmax(node)
+    return None if softmax is None else native.attention_lowering(attrs_of(node), sources, out,
+                                                                  _dtype_of(node), softmax)
+
+
+native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg], Lowering | None]] = {
     "MatMul": lambda node, src, out: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
     "Gemm": lambda node, src, out: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node)),
     "Conv": lambda node, src, out: native.conv_lowering(
         attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node),
+    "ai.metadef::Attention": _native_attention,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes)."""

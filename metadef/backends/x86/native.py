@@ -32,6 +32,7 @@ import numpy as np
 
 from metadef.backends.x86 import contractions as blas
 from metadef.codegen.native import CONV2D_DIMS, PAD2D_DIMS, SGEMM_DIMS, native_functions
+from metadef.core.errors import MetadefError
 from metadef.ops.defs.nn_pool import window
 
 Shape = tuple[int, ...]
@@ -255,6 +256,46 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     return NativeStep(tuple(calls), scratch, (kernel,))
 
 
+def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
+                       softmax: Any) -> Lowering:
+    """``softmax(scale * Q Kᵀ + mask) V`` as a batched sgemm into a scratch ``S``, the generated
+    ``softmax`` kernel (its inputs: ``S`` and, when present, the mask; the mask add fused) into
+    a scratch ``P``, and a batched sgemm ``P V`` into the output."""
+    scale = float(attrs["scale"])
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        q, k, v = inputs[0], inputs[1], inputs[2]
+        why = _f32(q is not None and k is not None and v is not None, [dtype])
+        if why:
+            return why
+        assert q is not None and k is not None and v is not None
+        if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]):
+            return f"Attention batch axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
+        batch, m, d, n, dv = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
+        mask = inputs[3] if len(inputs) > 3 else None
+        scores = (*q[:-1], n)
+        try:
+            dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
+        except MetadefError as e:
+            return f"the softmax kernel does not take these shapes ({e})"
+        gemm, gemv = _blas(), _blas("sgemv")
+        s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
+        qk = sgemm_dims(batch, m, n, d, trans_b=True, strides=(m * d, n * d, m * n), alpha=scale)
+        pv = sgemm_dims(batch, m, dv, n, strides=(m * n, n * dv, m * dv))
+        calls = (Call(native_functions()["md_sgemm"], (sources[0], sources[1], s_arg, *gemm, NULL, *gemv), qk,
+                      "attention scores"),
+                 Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
+                                        *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
+                      tuple(dims), "attention softmax"),
+                 Call(native_functions()["md_sgemm"], (p_arg, sources[2], out, *gemm, NULL, *gemv), pv,
+                      "attention values"))
+        size = 4 * batch * m * n
+        return NativeStep(calls, (size, size), (softmax,))
+
+    return lower
+
+
 def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) -> Lowering:
     """A generated kernel reading the step inputs at positions ``inputs`` and writing the
     step outputs at ``outputs``."""
@@ -272,5 +313,5 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
     return lower
 
 
-__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "conv_lowering", "gemm_lowering",
-           "kernel_lowering", "matmul_lowering", "sgemm_dims"]
+__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
+           "gemm_lowering", "kernel_lowering", "matmul_lowering", "sgemm_dims"]
