@@ -72,11 +72,11 @@ _ENVIRONMENT: dict[str, str] = {}
 
 def environment() -> dict[str, str]:
     """The components common to every key: metadef, llvmlite and LLVM versions, triple, CPU
-    features and the codegen pipeline (computed once per process).
+    features, the codegen pipeline and a digest of codegen's source (computed once per process).
 
     Example:
         >>> sorted(environment())
-        ['cpu_features', 'llvm', 'llvmlite', 'metadef', 'pipeline', 'triple']
+        ['codegen', 'cpu_features', 'llvm', 'llvmlite', 'metadef', 'pipeline', 'triple']
     """
     if not _ENVIRONMENT:
         _ENVIRONMENT.update({"metadef": _metadef_version(), **toolchain()})

@@ -73,6 +73,14 @@ def cast(out: Out, value: str, src: np.dtype, dst: np.dtype) -> str:
     """Convert a register of dtype ``src`` to ``dst`` (numpy's ``astype``)."""
     if src == dst:
         return value
+    half = np.dtype(np.float16)
+    f32 = np.dtype(np.float32)
+    if (src == half) != (dst == half) and dst.kind != "b" and f32 not in (src, dst):
+        # x86 converts half only to and from float (F16C); anything else would be a call to a
+        # compiler-rt builtin (__truncdfhf2, ...) the JIT cannot resolve, which aborts the process
+        if src == np.float64 and dst == half:
+            raise CodegenUnsupported("float64 -> float16 needs one correctly rounded step, which x86 lacks")
+        return cast(out, cast(out, value, src, f32), f32, dst)
     s, d = llvm_type(src), llvm_type(dst)
     if dst.kind == "b":
         test = "fcmp une" if src.kind == "f" else "icmp ne"

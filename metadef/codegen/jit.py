@@ -22,9 +22,11 @@ Example:
 from __future__ import annotations
 
 import ctypes.util
+import hashlib
 import threading
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -171,16 +173,33 @@ def object_code(name: str) -> bytes | None:
     return _OBJECTS.get(name)
 
 
+@cache
+def source_digest() -> str:
+    """A digest of this package's source files: any change to code generation (a new lowering,
+    a fixed cast) changes every cache key, even when metadef's version number does not.
+
+    Example:
+        >>> len(source_digest())
+        16
+    """
+    digest = hashlib.sha1()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def toolchain() -> dict[str, str]:
     """Everything about the compiler and the host that can change object code (for cache keys).
 
     Example:
         >>> sorted(toolchain())
-        ['cpu_features', 'llvm', 'llvmlite', 'pipeline', 'triple']
+        ['codegen', 'cpu_features', 'llvm', 'llvmlite', 'pipeline', 'triple']
     """
     host = host_target()
     return {"llvmlite": str(llvmlite.__version__), "llvm": ".".join(map(str, llvm.llvm_version_info)),
-            "triple": host.triple, "cpu_features": host.features, "pipeline": PIPELINE}
+            "triple": host.triple, "cpu_features": host.features, "pipeline": PIPELINE,
+            "codegen": source_digest()}
 
 
 def generated_count() -> int:
@@ -205,4 +224,4 @@ def compile_count() -> int:
 
 
 __all__ = ["PIPELINE", "HostTarget", "compile_count", "compile_ir", "host_target", "load_object",
-           "generated_count", "object_code", "optimized_ir", "toolchain"]
+           "generated_count", "object_code", "optimized_ir", "source_digest", "toolchain"]
