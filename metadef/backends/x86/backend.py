@@ -152,7 +152,7 @@ class X86Executable:
         self.frees = plan_frees(self.steps, set(self.output_ids) | {i for i, _ in self.consts})
         self._shapes: dict[tuple[tuple[str, int], ...], list[list[TensorType] | None]] = {}
         self._lock = threading.Lock()
-        self.const_arrays = {i: np.ascontiguousarray(data) for i, data in self.consts}
+        self.const_arrays = {i: np.asarray(data, order="C") for i, data in self.consts}
         self.debug = DEBUG.get()
         self.programs = ProgramPool(self)
         if CODEGEN_READY:
@@ -225,7 +225,7 @@ class X86Executable:
         The graph runs as native programs prepared for this binding of the symbols (see
         :mod:`metadef.backends.x86.program`); when its shapes depend on values it runs step by
         step from Python instead."""
-        inputs = [np.ascontiguousarray(feeds[v.name]) for v in self.graph.inputs]
+        inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
         try:
             program = self.programs.bound(symbols)
         except BackendError as e:

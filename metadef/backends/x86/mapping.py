@@ -270,7 +270,8 @@ def library_contraction(node: Node) -> Choice | str:
         return [fn(args).astype(out_types[0].dtype.numpy, copy=False)]
 
     sources = [NULL if v is None else Arg("in", i) for i, v in enumerate(node.inputs)]
-    return Choice(run, "blas", how, native=_native_contraction(node, sources, Arg("out", 0)))
+    consts = [None if v is None else v.const for v in node.inputs]
+    return Choice(run, "blas", how, native=_native_contraction(node, sources, Arg("out", 0), consts))
 
 
 def contraction_group(node: Node) -> Choice | str:
@@ -285,14 +286,15 @@ def contraction_group(node: Node) -> Choice | str:
     if build is None:
         return f"no x86 contraction kernel for the anchor {split.anchor.qualop}"
     fn, how = build(attrs_of(split.anchor), split.anchor)
+    consts = [const if pos is None else node.inputs[pos].const for pos, const in split.anchor_sources]
     if split.body is None:
-        return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None))
+        return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None, consts))
     kernel = _compiled(lambda: compile_group(split.body, f"{node.name}/epilogue"))
     if isinstance(kernel, str):
         return Choice(_with_epilogue(fn, split, None), "blas+reference epilogue",
                       f"{how}; epilogue on the reference: {kernel}", fallback=True)
     return Choice(_with_epilogue(fn, split, kernel), "blas+generated epilogue", f"{how}; epilogue: one LLVM kernel",
-                  native=_group_lowering(split, kernel))
+                  native=_group_lowering(split, kernel, consts))
 
 
 def _with_epilogue(fn: blas.ContractionFn, split: Epilogue, kernel: Any) -> StepKernel:
@@ -338,26 +340,31 @@ def _attention_softmax(node: Node) -> Any:
     return None if isinstance(compiled, str) else compiled
 
 
-def _native_attention(node: Node, sources: Sequence[Arg], out: Arg) -> Lowering | None:
+def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
+                      consts: Sequence[np.ndarray | None]) -> Lowering | None:
     softmax = _attention_softmax(node)
     return None if softmax is None else native.attention_lowering(attrs_of(node), sources, out,
                                                                   _dtype_of(node), softmax)
 
 
-native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg], Lowering | None]] = {
-    "MatMul": lambda node, src, out: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
-    "Gemm": lambda node, src, out: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node)),
-    "Conv": lambda node, src, out: native.conv_lowering(
-        attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node),
+native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.ndarray | None]],
+                                        Lowering | None]] = {
+    "MatMul": lambda node, src, out, consts: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
+    "Gemm": lambda node, src, out, consts: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node)),
+    "Conv": lambda node, src, out, consts: native.conv_lowering(
+        attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
+        consts[1] if len(consts) > 1 else None),
     "ai.metadef::Attention": _native_attention,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
-inputs as pointer arguments, ``out``: where its output goes)."""
+inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its
+constant inputs, None for the others)."""
 
 
-def _native_contraction(node: Node, sources: Sequence[Arg], out: Arg) -> Lowering | None:
+def _native_contraction(node: Node, sources: Sequence[Arg], out: Arg,
+                        consts: Sequence[np.ndarray | None]) -> Lowering | None:
     build = native_contractions.get(node.qualop)
-    return None if build is None else build(node, sources, out)
+    return None if build is None else build(node, sources, out, consts)
 
 
 _Y = Arg("scratch", 1 << 20)  # the anchor's output before it has a scratch index
@@ -368,14 +375,14 @@ def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
                  for c in step.calls)
 
 
-def _group_lowering(split: Epilogue, kernel: Any) -> Lowering | None:
+def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | None]) -> Lowering | None:
     """A contraction group natively: the anchor's calls, then the epilogue kernel's."""
     keep = [None if const is None else np.ascontiguousarray(const) for _, const in split.anchor_sources]
     sources = [Arg("in", pos) if pos is not None else NULL if const is None else Arg("addr", const.ctypes.data)
                for (pos, _), const in zip(split.anchor_sources, keep)]
     to_output = bool(split.anchor_positions)
     y_arg = Arg("out", split.anchor_positions[0]) if to_output else _Y
-    anchor = _native_contraction(split.anchor, sources, y_arg)
+    anchor = _native_contraction(split.anchor, sources, y_arg, consts)
     if anchor is None:
         return None
     y_type = split.anchor.outputs[0].type

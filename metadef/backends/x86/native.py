@@ -22,8 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import math
 import struct
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,9 +35,18 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.codegen.native import CONV2D_DIMS, PAD2D_DIMS, SGEMM_DIMS, native_functions
+from metadef.codegen.native import (
+    CONV2D_DIMS,
+    ENTRY,
+    PAD2D_DIMS,
+    SGEMM_DIMS,
+    native_functions,
+    winograd_workspace,
+)
 from metadef.core.errors import MetadefError
 from metadef.ops.defs.nn_pool import window
+
+log = logging.getLogger("metadef.backends.x86")
 
 Shape = tuple[int, ...]
 
@@ -188,11 +201,61 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     return lower
 
 
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """``U = G g Gᵀ`` for each 3x3 filter of ``w [K, C, 3, 3]``, laid out ``[16, K, C]``.
+
+    Example:
+        >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32)).shape
+        (16, 2, 3)
+    """
+    u = np.einsum("ai,kcij,bj->abkc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+    return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]).astype(np.float32))
+
+
+_CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
+_CHOICE_LOCK = threading.Lock()
+
+
+def measured_choice(key: tuple[int, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
+    """The fastest of ``candidates`` (name -> one run), timed here once per ``key`` in this
+    process (best of 3 after a warm-up): ``(name, the timings as text)``."""
+    with _CHOICE_LOCK:
+        found = _CONV_CHOICES.get(key)
+        if found is not None:
+            return found
+        times = {}
+        for name, run in candidates.items():
+            run()
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run()
+                best = min(best, time.perf_counter() - t0)
+            times[name] = best
+        winner = min(times, key=times.__getitem__)
+        text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
+        _CONV_CHOICES[key] = (winner, text)
+        log.debug("x86: conv %s: %s chosen by measurement (%s)", key, winner, text)
+        return winner, text
+
+
+def _timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Callable[[], None]:
+    args = (ctypes.c_void_p * len(pointers))(*pointers)
+    values = (ctypes.c_int64 * len(dims))(*dims)
+    fn = ENTRY(address)
+    return lambda: fn(args, values)
+
+
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
-                  depthwise: Callable[..., Any] | None) -> Lowering:
-    """A 2-D Conv: ``md_conv2d`` (im2col + sgemm), or for a depthwise conv ``md_pad2d`` and a
-    generated window-sum kernel (``depthwise``: the node compiler)."""
+                  depthwise: Callable[..., Any] | None, weight: np.ndarray | None = None) -> Lowering:
+    """A 2-D Conv: ``md_conv2d`` (im2col + sgemm) or, for a 3x3 stride-1 conv with constant
+    weights, ``md_winograd3x3`` when it measures faster on these shapes; for a depthwise
+    conv ``md_pad2d`` and a generated window-sum kernel (``depthwise``: the node compiler)."""
     group = int(attrs.get("group") or 1)
+    transformed: list[np.ndarray] = []
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -216,6 +279,13 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         if sw[1] == 1 and group > 1 and k == c and depthwise is not None:
             return _depthwise(sx, sw, win, begin, end, sources, bias, out, dtype, depthwise)
         taps = kernel[0] * kernel[1]
+        if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) and group == 1 \
+                and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8:
+            if not transformed:
+                transformed.append(winograd_weights(weight))
+            step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0])
+            if step is not None:
+                return step
         direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
         workspace = 0 if direct else (c // group) * taps * oh * ow * 4
         values = {"n": n, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
@@ -228,6 +298,35 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         return NativeStep((call,), (workspace,) if workspace else ())
 
     return lower
+
+
+def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
+                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray) -> NativeStep | None:
+    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None."""
+    n, c, h, w = sx
+    k = sw[0]
+    oh, ow = out_hw
+    fns = native_functions()
+    wino_dims = (n, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
+    conv_dims = (n, c, h, w, k, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 1, int(has_bias))
+    wino_work = 4 * winograd_workspace(c, k, oh, ow)
+    key = ("winograd3x3", *wino_dims)
+    x = np.zeros(sx, np.float32)
+    y = np.empty((n, k, oh, ow), np.float32)
+    wt = np.zeros(sw, np.float32)
+    b = np.zeros(k, np.float32)
+    work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
+    gemm = blas.cblas_address("sgemm")
+    winner, timings = measured_choice(key, {
+        "winograd": _timed_call(fns["md_winograd3x3"], [x.ctypes.data, u.ctypes.data, y.ctypes.data,
+                                                         work.ctypes.data, gemm, b.ctypes.data], wino_dims),
+        "im2col": _timed_call(fns["md_conv2d"], [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data,
+                                                  gemm, b.ctypes.data], conv_dims)})
+    if winner != "winograd":
+        return None
+    args = (sources[0], Arg("addr", u.ctypes.data), out, Arg("scratch", 0), *_blas(), bias)
+    call = Call(fns["md_winograd3x3"], args, wino_dims, f"conv2d winograd F(2x2,3x3) (measured: {timings})")
+    return NativeStep((call,), (wino_work,), (u,))
 
 
 def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int], sources: Sequence[Arg],
@@ -314,4 +413,5 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 
 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
-           "gemm_lowering", "kernel_lowering", "matmul_lowering", "sgemm_dims"]
+           "gemm_lowering", "kernel_lowering", "matmul_lowering", "measured_choice", "sgemm_dims",
+           "winograd_weights"]

@@ -43,7 +43,7 @@ import ctypes
 import logging
 import math
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,6 +206,7 @@ class BoundProgram:
         pending_patches: list[tuple[int, int, str, int]] = []
         self.native_calls = self.python_steps = 0
         self.python_reasons: list[tuple[str, str]] = []
+        self.call_kinds: Counter[str] = Counter()
         for kind, index in self.steps:
             what, ins, outs, scratch, step_index = lowered[index]
             if kind == "python":
@@ -222,6 +223,7 @@ class BoundProgram:
                     pointers.append(self._resolve(arg, ins, outs, scratch, len(pending), slot, pending_patches))
                 pending.append((call.address, pointers, list(call.dims)))
                 self.native_calls += 1
+                self.call_kinds[call.what.split(" (")[0]] += 1
         self._flush(pending, pending_patches)
         self._program = PROGRAM(native_functions()["md_run_program"])
 

@@ -165,3 +165,24 @@ def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
     got = sess.run({"x": x})
     np.testing.assert_allclose(got["f"], np.exp(x).reshape(2, 4), rtol=1e-6)
     assert not np.shares_memory(got["f"], got["y"])
+
+
+@pytest.mark.parametrize("choice", ["winograd", "im2col"])
+@pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1)])
+def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest.MonkeyPatch, choice: str,
+                                                             size: int, pad: int) -> None:
+    from metadef.backends.x86 import native
+    monkeypatch.setattr(native, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    out = size + 2 * pad - 2
+    g = _graph(f"""graph g(%x: f32[n,8,{size},{size}]) -> (%y) {{
+      %w: f32[12,8,3,3] = const
+      %b: f32[12] = const
+      %y: f32[n,12,{out},{out}] = Conv(%x, %w, %b) {{pads=[{pad},{pad},{pad},{pad}]}} @conv
+      return %y }}""")
+    sess = md.compile(g, target="x86", cache=False)
+    feeds = {"x": RNG.standard_normal((2, 8, size, size), dtype=np.float32)}
+    np.testing.assert_allclose(sess.run(feeds)["y"], _reference(g, feeds)["y"], rtol=1e-4, atol=1e-4)
+    program = sess.executable.programs.bound({"n": 2})
+    sess.executable.programs.give_back(program)
+    assert any(kind.startswith(f"conv2d {choice}" if choice == "winograd" else "conv2d im2col")
+               for kind in program.call_kinds), program.call_kinds
