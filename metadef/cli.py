@@ -344,14 +344,17 @@ def _demo_model(name: str, targets: list[str]) -> int:
 @click.option("--op", "ops", multiple=True, help="only this op's cases (repeatable)")
 @click.option("-k", "pattern", help="only cases whose name matches this regex")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def conformance(ops: tuple[str, ...], pattern: str | None, as_json: bool) -> None:
-    """Run the ONNX backend node tests through import and the reference backend.
+@click.option("--target", default="reference", show_default=True,
+              help="the backend to compile each case for (x86: fallbacks to reference kernels are counted)")
+def conformance(ops: tuple[str, ...], pattern: str | None, as_json: bool, target: str) -> None:
+    """Run the ONNX backend node tests through import and a backend (the reference by default).
 
-    Example: metadef conformance --op Conv
+    Example: metadef conformance --op Conv --target x86
     """
-    report = run_cases(list(ops) or None, pattern)
+    report = run_cases(list(ops) or None, pattern, target=target)
     if as_json:
-        click.echo(json.dumps({"totals": report.totals(), "by_op": report.by_op(),
+        click.echo(json.dumps({"target": target, "totals": report.totals(), "by_op": report.by_op(),
+                               "fallbacks": dict(report.fallbacks()),
                                "failures": [r.__dict__ for r in report.failures()]}, indent=2))
     else:
         click.echo(format_report(report))

@@ -56,6 +56,8 @@ class CaseResult:
     op: str
     status: str          # pass | fail | unsupported | known
     detail: str = ""
+    fallbacks: tuple[str, ...] = ()
+    """On a compiled target: why each node that fell back to its reference kernel did."""
 
 
 @dataclass
@@ -75,6 +77,10 @@ class Report:
 
     def failures(self) -> list[CaseResult]:
         return [r for r in self.results if r.status == "fail"]
+
+    def fallbacks(self) -> Counter[str]:
+        """On a compiled target: the reasons nodes fell back to reference kernels, counted."""
+        return Counter(reason for r in self.results for reason in r.fallbacks)
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,14 +132,17 @@ def _arrays(values: list[Any]) -> list[Any]:
     return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
 
 
-def run_case(case: Any) -> CaseResult:
-    """Import, compile and run one case on the reference backend; compare every output."""
+def run_case(case: Any, target: str = "reference") -> CaseResult:
+    """Import, compile (for ``target``) and run one case; compare every output. On a compiled
+    target, the nodes that fell back to reference kernels are listed with their reasons."""
     op = case_op(case)
     if case.name in KNOWN_FAILURES:
         return CaseResult(case.name, op, "known", KNOWN_FAILURES[case.name])
+    fallbacks: tuple[str, ...] = ()
     try:
         graph = md.import_onnx(case.model)
-        sess = md.compile(graph, target="reference")
+        sess = md.compile(graph, target=target)
+        fallbacks = tuple(f"{p.op}: {p.reason}"[:160] for p in getattr(sess.executable, "fallbacks", []))
         for inputs, outputs in case.data_sets:
             inputs, outputs = _arrays(inputs), _arrays(outputs)
             if any(not isinstance(x, (np.ndarray, np.generic)) for x in [*inputs, *outputs]):
@@ -143,19 +152,20 @@ def run_case(case: Any) -> CaseResult:
             for spec, want in zip(sess.outputs, map(np.asarray, outputs)):
                 why = _compare(np.asarray(got[spec.name]), want, case.rtol, case.atol)
                 if why is not None:
-                    return CaseResult(case.name, op, "fail", f"output {spec.name}: {why}")
+                    return CaseResult(case.name, op, "fail", f"output {spec.name}: {why}", fallbacks)
     except (UnsupportedOpError, DTypeError) as e:
         return CaseResult(case.name, op, "unsupported", f"{type(e).__name__}: {e}"[:300])
     except MetadefError as e:
-        return CaseResult(case.name, op, "fail", f"{type(e).__name__}: {e}"[:300])
+        return CaseResult(case.name, op, "fail", f"{type(e).__name__}: {e}"[:300], fallbacks)
     except Exception as e:  # a bug in metadef: report it as a failure, keep going
-        return CaseResult(case.name, op, "fail", f"crash {type(e).__name__}: {e}"[:300])
-    return CaseResult(case.name, op, "pass")
+        return CaseResult(case.name, op, "fail", f"crash {type(e).__name__}: {e}"[:300], fallbacks)
+    return CaseResult(case.name, op, "pass", "", fallbacks)
 
 
 def run_cases(op: str | Iterable[str] | None = None, pattern: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> Report:
-    """Run the cases of some ops (or all), optionally those whose name matches ``pattern``."""
+              progress: Callable[[int, int], None] | None = None, target: str = "reference") -> Report:
+    """Run the cases of some ops (or all), optionally those whose name matches ``pattern``,
+    compiled for ``target``."""
     ops = {op} if isinstance(op, str) else set(op) if op is not None else None
     cases = [c for c in all_cases()
              if (ops is None or case_op(c) in ops) and (pattern is None or re.search(pattern, c.name))]
@@ -166,7 +176,7 @@ def run_cases(op: str | Iterable[str] | None = None, pattern: str | None = None,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, case in enumerate(cases):
-            report.results.append(run_case(case))
+            report.results.append(run_case(case, target))
             if progress is not None:
                 progress(i + 1, len(cases))
     shape_log.setLevel(level)
@@ -182,6 +192,12 @@ def format_report(report: Report, *, show_failures: bool = True) -> str:
     t = report.totals()
     lines.append(f"{'TOTAL':28} {t['pass']:5} {t['fail']:5} {t['unsupported']:5} {t['known']:5}"
                  f"   ({t['total']} cases)")
+    fallbacks = report.fallbacks()
+    if fallbacks:
+        cases = sum(1 for r in report.results if r.fallbacks)
+        lines.append(f"fallbacks to reference kernels: {sum(fallbacks.values())} nodes in {cases} cases")
+        for reason, count in fallbacks.most_common(12 if show_failures else 5):
+            lines.append(f"  {count:5} x {reason}")
     if show_failures:
         for r in report.failures():
             lines.append(f"FAIL {r.name} [{r.op}]: {r.detail}")
