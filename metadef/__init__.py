@@ -7,6 +7,10 @@ Example:
     ['f32[batch,784]']
 """
 
+import os
+from collections.abc import Sequence
+from typing import Any
+
 from metadef import zoo
 from metadef.api import compile, load, optimize, save
 from metadef.core.dtypes import register_dtype
@@ -24,13 +28,32 @@ from metadef.frontends.onnx import export_onnx, import_onnx
 from metadef.ir import Graph, Node, Value
 from metadef.ops import metaop
 from metadef.runtime.model import Model
+from metadef.runtime.profile import DeviceProfile, choose_variant
 from metadef.runtime.session import Session
 
 __version__ = "0.1.0"
 
+
+def load_best(paths: Sequence[str | os.PathLike[str]], profile: DeviceProfile | None = None,
+              **load_options: Any) -> Model:
+    """Load the variant of one model (its .mdef files in fp32 / fp16 / int8 ...) that suits
+    ``profile`` (default: ``DeviceProfile.detect()``), chosen by each file's hardware layer
+    (see ``metadef.runtime.profile.choose_variant``); ``load_options`` go to ``load``.
+
+    Example:
+        >>> import tempfile, pathlib, metadef as md
+        >>> d, g = pathlib.Path(tempfile.mkdtemp()), md.import_onnx(md.zoo.build("mlp"))
+        >>> paths = [md.save(g, d / "fp32.mdef"),
+        ...          md.save(g, d / "int8.mdef", quantize="int8", metadata={"hardware": {"cpu_features": ["avx512f"]}})]
+        >>> md.load_best(paths, md.DeviceProfile(features=frozenset({"avx2", "fma"}))).file.path.name
+        'fp32.mdef'
+    """
+    return load(choose_variant(paths, profile).path, **load_options)
+
+
 __all__ = [
     "BaseMetadata", "register_metadata_type",
-    "DTypeError", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Model", "Node",
+    "DTypeError", "DeviceProfile", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Model", "Node",
     "Session", "ShapeError", "UnsupportedOpError", "Value", "__version__", "compile",
-    "export_onnx", "import_onnx", "load", "metaop", "optimize", "register_dtype", "save", "zoo",
+    "export_onnx", "import_onnx", "load", "load_best", "metaop", "optimize", "register_dtype", "save", "zoo",
 ]

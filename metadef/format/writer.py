@@ -252,9 +252,24 @@ def _atomic_write(path: Path, write: Any) -> Path:
     return path
 
 
+def _with_weight_formats(meta: dict[str, Any], encodings: Mapping[str, EncodedTensor]) -> None:
+    """The hardware layer's ``weight_formats`` belongs to the writer too: the sorted storage
+    schemes of the encoded weights (``["int8"]``), absent when every weight is stored as it is,
+    so that a reader can tell the precision variants of one model apart (``load_best``)."""
+    hardware = dict(meta.get("hardware", {}))
+    hardware.pop("weight_formats", None)
+    schemes = sorted({enc.params.get("quantization", {}).get("scheme", "plain")
+                      for enc in encodings.values()} - {"plain"})
+    if schemes:
+        hardware["weight_formats"] = schemes
+    if hardware or "hardware" in meta:
+        meta["hardware"] = hardware
+
+
 def _with_quantization(meta: dict[str, Any], graph: Graph, encodings: Mapping[str, EncodedTensor]) -> None:
     """The parameter layer's per-tensor ``quantization`` slot belongs to the writer: set for each
     encoded tensor, removed for the others (a loaded, dequantized graph saves as plain)."""
+    _with_weight_formats(meta, encodings)
     params = dict(meta.get("parameters", {}))
     tensors = {k: dict(v) for k, v in params.get("tensors", {}).items() if isinstance(v, dict)}
     if not encodings and not any("quantization" in v for v in tensors.values()):
