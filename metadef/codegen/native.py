@@ -16,16 +16,15 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes.
 
-The module is generated with llvmlite's IR builder, compiled once per process and kept in
-the compile cache like any kernel.
+Each routine is its own module, generated with llvmlite's IR builder, compiled when a graph
+first needs it (see :func:`native_function`) and kept in the compile cache like any kernel.
 
 Example:
     >>> import ctypes, numpy as np
-    >>> fns = native_functions()
     >>> src, dst = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     >>> args = (ctypes.c_void_p * 2)(src.ctypes.data, dst.ctypes.data)
     >>> dims = (ctypes.c_int64 * 1)(16)
-    >>> ENTRY(fns["md_copy"])(args, dims)
+    >>> ENTRY(native_function("md_copy"))(args, dims)
     >>> dst.tolist()
     [0.0, 1.0, 2.0, 3.0]
 """
@@ -501,51 +500,73 @@ def _pad2d(module: ir.Module) -> None:
     b.ret_void()
 
 
-def native_module() -> str:
-    """The IR of the native runtime module (text)."""
-    module = ir.Module("md_native")
-    _program(module)
-    _copy(module)
-    _sgemm(module)
-    _conv2d(module, _im2col(module))
-    _winograd(module)
-    _pad2d(module)
+ROUTINES: dict[str, Callable[[ir.Module], None]] = {
+    "md_run_program": _program,
+    "md_copy": _copy,
+    "md_sgemm": _sgemm,
+    "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
+    "md_winograd3x3": _winograd,
+    "md_pad2d": _pad2d,
+}
+"""Each native routine and the builder of its module: routines compile one by one, when a
+compiled graph needs them (a conv routine takes LLVM ~0.3 s: an MLP should not pay for it)."""
+
+NATIVE_SYMBOLS = tuple(ROUTINES)
+
+
+def native_module(name: str | None = None) -> str:
+    """The IR (text) of routine ``name``'s module, or of all routines in one module."""
+    module = ir.Module(f"md_native_{name or 'all'}")
+    for routine, build in ROUTINES.items():
+        if name is None or routine == name:
+            build(module)
     return str(module)
-
-
-NATIVE_SYMBOLS = ("md_run_program", "md_copy", "md_sgemm", "md_conv2d", "md_winograd3x3", "md_pad2d")
 
 
 _ADDRESSES: dict[str, int] = {}
 
 
-def native_functions() -> dict[str, int]:
-    """The native routines' addresses: compiled on first use in this process, or linked from
-    the kernel store in effect (:func:`metadef.codegen.kernel.kernel_store`, the on-disk compile
-    cache), where a compile also leaves its object code."""
-    if _ADDRESSES:
-        return _ADDRESSES
+def native_function(name: str) -> int:
+    """The address of native routine ``name``: compiled on first use in this process, or
+    linked from the kernel store in effect (:func:`metadef.codegen.kernel.kernel_store`, the
+    on-disk compile cache), where a compile also leaves its object code.
+
+    Example:
+        >>> native_function("md_copy") != 0
+        True
+    """
+    address = _ADDRESSES.get(name)
+    if address is not None:
+        return address
+    if name not in ROUTINES:
+        raise BackendError(f"no native routine {name!r}; there are {', '.join(ROUTINES)}")
     with _LOCK:
-        if not _ADDRESSES:
-            _ADDRESSES.update(_build())
-    return _ADDRESSES
+        if name not in _ADDRESSES:
+            _ADDRESSES[name] = _build(name)
+    return _ADDRESSES[name]
 
 
-def _build() -> dict[str, int]:
-    ir_text = native_module()
-    structure = "md_native runtime\n" + hashlib.sha1(ir_text.encode()).hexdigest()
+def native_functions() -> dict[str, int]:
+    """Every native routine's address (compiling those not compiled yet)."""
+    return {name: native_function(name) for name in ROUTINES}
+
+
+def _build(name: str) -> int:
+    ir_text = native_module(name)
+    structure = f"md_native runtime {name}\n" + hashlib.sha1(ir_text.encode()).hexdigest()
     store = current_store()
-    code = store.load(structure, "md_native") if store is not None else None
+    code = store.load(structure, name) if store is not None else None
     if code is not None:
         try:
-            return load_object(code.object_code, list(NATIVE_SYMBOLS))
+            return load_object(code.object_code, [name])[name]
         except BackendError:  # a damaged entry: compile it again
             pass
-    addresses = compile_ir(ir_text, list(NATIVE_SYMBOLS), "md_native")
+    module = f"md_native_{name}"
+    address = compile_ir(ir_text, [name], module)[name]
     if store is not None:
-        store.save(structure, "md_native", KernelCode("md_native", object_code("md_native") or b"", (), (), (), ()))
-    return addresses
+        store.save(structure, name, KernelCode(name, object_code(module) or b"", (), (), (), ()))
+    return address
 
 
-__all__ = ["CONV2D_DIMS", "ENTRY", "NATIVE_SYMBOLS", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
-           "native_functions", "native_module", "winograd_workspace"]
+__all__ = ["CONV2D_DIMS", "ENTRY", "NATIVE_SYMBOLS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
+           "native_function", "native_functions", "native_module", "winograd_workspace"]

@@ -40,11 +40,11 @@ import numpy as np
 from metadef.backends.base import plan_frees
 from metadef.backends.x86.contractions import set_blas_threads
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
-from metadef.backends.x86.native import Lowering
+from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.program import ProgramPool, unplannable
 from metadef.cache import PlanMismatch, compile_cached, kernel_key
 from metadef.codegen.kernel import KernelCode, record_kernels, replay_kernels
-from metadef.codegen.native import native_functions
+from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.core.flags import DEBUG
@@ -155,8 +155,9 @@ class X86Executable:
         self.const_arrays = {i: np.asarray(data, order="C") for i, data in self.consts}
         self.debug = DEBUG.get()
         self.programs = ProgramPool(self)
-        if CODEGEN_READY:
-            native_functions()  # now, inside the compile cache's store: not at the first run
+        if CODEGEN_READY:  # now, inside the compile cache's store: a run compiles nothing
+            for routine in sorted({"md_run_program", "md_copy", *(r for s in self.steps for r in needs(s.native))}):
+                native_function(routine)
         if self.fallbacks:
             log.warning("x86: %d of %d nodes of %s fall back to reference kernels; "
                         "executable.summary() lists why", len(self.fallbacks), len(self.plan), graph.name)

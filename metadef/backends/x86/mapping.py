@@ -404,7 +404,7 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
             y = Arg("scratch", len(scratch))
             scratch.append(4 * math.prod(y_shape) if y_shape else 4)
             calls = list(_renumber(step, _Y, y))
-        copy = native.native_functions()["md_copy"]
+        copy = native.native_function("md_copy")
         for p in split.anchor_positions[1:]:
             calls.append(native.Call(copy, (y, Arg("out", p)), (4 * math.prod(y_shape),), "copy"))
         if kernel is not None:
@@ -418,7 +418,7 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
             calls.append(native.Call(kernel.address, args, tuple(dims), "epilogue"))
         return NativeStep(tuple(calls), tuple(scratch), (*step.keep, keep, kernel))
 
-    return lower
+    return native.needing(lower, *native.needs(anchor), "md_copy")
 
 
 def view_node(node: Node) -> Choice | str:

@@ -40,7 +40,7 @@ from metadef.codegen.native import (
     ENTRY,
     PAD2D_DIMS,
     SGEMM_DIMS,
-    native_functions,
+    native_function,
     winograd_workspace,
 )
 from metadef.core.errors import MetadefError
@@ -97,6 +97,18 @@ class _Alias:
 
 ALIAS: Any = _Alias()
 """The lowering of a step whose (only) output is its first input's memory, reshaped."""
+
+
+def needing(lower: Lowering, *routines: str) -> Lowering:
+    """``lower``, marked with the native routines its calls use (``lower.needs``), so that a
+    compile makes them ready and a run compiles nothing."""
+    lower.needs = tuple(routines)  # type: ignore[attr-defined]
+    return lower
+
+
+def needs(lower: Any) -> tuple[str, ...]:
+    """The native routines a lowering's calls use (none for a generated kernel's)."""
+    return tuple(getattr(lower, "needs", ()))
 
 
 def _blas(routine: str = "sgemm") -> tuple[Arg]:
@@ -164,10 +176,10 @@ def matmul_lowering(a: Arg, b: Arg, out: Arg, dtype: np.dtype) -> Lowering:
             dims = sgemm_dims(batch, m, n, k, strides=(m * k, k * n, m * n))
         else:
             return f"MatMul batch axes {list(sa[:-2])} and {list(sb[:-2])} differ"
-        return NativeStep((Call(native_functions()["md_sgemm"], (a, b, out, *_blas(), NULL, *_blas("sgemv")),
+        return NativeStep((Call(native_function("md_sgemm"), (a, b, out, *_blas(), NULL, *_blas("sgemv")),
                                 dims, "sgemm"),))
 
-    return lower
+    return needing(lower, "md_sgemm")
 
 
 def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype) -> Lowering:
@@ -196,9 +208,9 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         dims = sgemm_dims(1, m, n, k, trans_a=trans_a, trans_b=trans_b, bias=bias, alpha=alpha, beta=beta)
         args = (sources[0], sources[1], out, *_blas(), sources[2] if bias is not None else NULL,
                 *_blas("sgemv"))
-        return NativeStep((Call(native_functions()["md_sgemm"], args, dims, "sgemm"),))
+        return NativeStep((Call(native_function("md_sgemm"), args, dims, "sgemm"),))
 
-    return lower
+    return needing(lower, "md_sgemm")
 
 
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
@@ -293,11 +305,17 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                   "pt": begin[0], "pl": begin[1], "group": group, "has_bias": int(has_bias)}
         args = (sources[0], sources[1], out, Arg("scratch", 0) if workspace else NULL,
                 *_blas(), bias)
-        call = Call(native_functions()["md_conv2d"], args, tuple(values[d] for d in CONV2D_DIMS),
+        call = Call(native_function("md_conv2d"), args, tuple(values[d] for d in CONV2D_DIMS),
                     "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
         return NativeStep((call,), (workspace,) if workspace else ())
 
-    return lower
+    routines = ["md_conv2d"]
+    strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
+    if group > 1:
+        routines.append("md_pad2d")
+    elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
+        routines.append("md_winograd3x3")
+    return needing(lower, *routines)
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
@@ -306,7 +324,6 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
-    fns = native_functions()
     wino_dims = (n, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
     conv_dims = (n, c, h, w, k, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 1, int(has_bias))
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
@@ -318,14 +335,16 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
     gemm = blas.cblas_address("sgemm")
     winner, timings = measured_choice(key, {
-        "winograd": _timed_call(fns["md_winograd3x3"], [x.ctypes.data, u.ctypes.data, y.ctypes.data,
-                                                         work.ctypes.data, gemm, b.ctypes.data], wino_dims),
-        "im2col": _timed_call(fns["md_conv2d"], [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data,
-                                                  gemm, b.ctypes.data], conv_dims)})
+        "winograd": _timed_call(native_function("md_winograd3x3"),
+                                [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
+                                wino_dims),
+        "im2col": _timed_call(native_function("md_conv2d"),
+                              [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
+                              conv_dims)})
     if winner != "winograd":
         return None
     args = (sources[0], Arg("addr", u.ctypes.data), out, Arg("scratch", 0), *_blas(), bias)
-    call = Call(fns["md_winograd3x3"], args, wino_dims, f"conv2d winograd F(2x2,3x3) (measured: {timings})")
+    call = Call(native_function("md_winograd3x3"), args, wino_dims, f"conv2d winograd F(2x2,3x3) (measured: {timings})")
     return NativeStep((call,), (wino_work,), (u,))
 
 
@@ -344,7 +363,7 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     x = sources[0]
     if any(begin) or any(end):
         values = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp}
-        calls.append(Call(native_functions()["md_pad2d"], (x, Arg("scratch", 0)),
+        calls.append(Call(native_function("md_pad2d"), (x, Arg("scratch", 0)),
                           tuple(values[d] for d in PAD2D_DIMS), "pad2d"))
         x = Arg("scratch", 0)
     ins = [padded, tuple(sw)] + ([(sw[0],)] if bias is not NULL else [])
@@ -382,17 +401,17 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
         qk = sgemm_dims(batch, m, n, d, trans_b=True, strides=(m * d, n * d, m * n), alpha=scale)
         pv = sgemm_dims(batch, m, dv, n, strides=(m * n, n * dv, m * dv))
-        calls = (Call(native_functions()["md_sgemm"], (sources[0], sources[1], s_arg, *gemm, NULL, *gemv), qk,
+        calls = (Call(native_function("md_sgemm"), (sources[0], sources[1], s_arg, *gemm, NULL, *gemv), qk,
                       "attention scores"),
                  Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
                                         *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
                       tuple(dims), "attention softmax"),
-                 Call(native_functions()["md_sgemm"], (p_arg, sources[2], out, *gemm, NULL, *gemv), pv,
+                 Call(native_function("md_sgemm"), (p_arg, sources[2], out, *gemm, NULL, *gemv), pv,
                       "attention values"))
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
 
-    return lower
+    return needing(lower, "md_sgemm")
 
 
 def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) -> Lowering:
@@ -413,5 +432,5 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 
 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
-           "gemm_lowering", "kernel_lowering", "matmul_lowering", "measured_choice", "sgemm_dims",
+           "gemm_lowering", "kernel_lowering", "matmul_lowering", "measured_choice", "needing", "needs", "sgemm_dims",
            "winograd_weights"]

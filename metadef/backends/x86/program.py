@@ -52,7 +52,7 @@ import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
 from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
-from metadef.codegen.native import PROGRAM, native_functions
+from metadef.codegen.native import PROGRAM, native_function
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import format_node
 from metadef.shape import evaluate_shape
@@ -225,7 +225,7 @@ class BoundProgram:
                 self.native_calls += 1
                 self.call_kinds[call.what.split(" (")[0]] += 1
         self._flush(pending, pending_patches)
-        self._program = PROGRAM(native_functions()["md_run_program"])
+        self._program = PROGRAM(native_function("md_run_program"))
 
     def _resolve(self, arg: Arg, ins: list[_Storage | None], outs: list[_Storage], scratch: list[int],
                  call: int, slot: int, patches: list[tuple[int, int, str, int]]) -> int:
@@ -312,7 +312,7 @@ def _copy_step(src: _Storage | None, dst: _Storage) -> NativeStep | str:
     if src is None:
         return "no input"
     nbytes = math.prod(dst.shape) * dst.dtype.itemsize
-    return NativeStep((Call(native_functions()["md_copy"], (Arg("in", 0), Arg("out", 0)), (nbytes,), "copy"),))
+    return NativeStep((Call(native_function("md_copy"), (Arg("in", 0), Arg("out", 0)), (nbytes,), "copy"),))
 
 
 class _Unplannable(BackendError):
