@@ -135,9 +135,15 @@ def _plan(executable: Any) -> list[Any]:
     return json.loads(json.dumps([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else repr(p) for p in plan]))
 
 
-def _remember(digest: str, executable: Any) -> None:
+def _weights_of(graph: Graph) -> tuple[int, ...]:
+    """The identity of the graph's constant arrays: an in-memory hit must hold these very
+    weights (the entry keeps them alive, so no other array can take one of their ids)."""
+    return tuple(id(v.const) for v in graph.constants)
+
+
+def _remember(digest: str, executable: Any, weights: tuple[int, ...]) -> None:
     with _MEMORY_LOCK:
-        _MEMORY[digest] = executable
+        _MEMORY[digest] = (executable, weights)
         _MEMORY.move_to_end(digest)
         while len(_MEMORY) > MEMORY_ENTRIES:
             _MEMORY.popitem(last=False)
@@ -185,7 +191,8 @@ def _replayed(key: CacheKey, graph: Graph, entry: Entry, replay: Replay[T], stor
 def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build: Callable[[], T],
                    store: Store | None = None, *, replay: Replay[T] | None = None,
                    weights: bool = True) -> T:
-    """``build()``'s executable for ``graph``, from memory, or built with every kernel looked
+    """``build()``'s executable for ``graph``, from memory (when ``graph`` holds the very weight
+    arrays of the remembered one: ``weights=False`` keys ignore their values), or built with every kernel looked
     up in (and written to) the on-disk cache; the model-level entry records the kernel keys
     per kernel name and the plan. Cache trouble (an unwritable directory) never fails a compile.
 
@@ -197,11 +204,12 @@ def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build:
     reach each kernel key that compiles them in.
     """
     key = model_key(graph_hash(graph, weights), target, options)
+    weights_in_memory = () if weights else _weights_of(graph)
     with _MEMORY_LOCK:
         hit = _MEMORY.get(key.digest)
-        if hit is not None:
+        if hit is not None and hit[1] == weights_in_memory:  # other weights: the disk replays the plan
             _MEMORY.move_to_end(key.digest)
-            return hit
+            return hit[0]
     store = store or Store()
     try:
         entry = store.get(key)
@@ -224,7 +232,7 @@ def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build:
                 log.warning("cache: cannot write the model entry for %s (%s)", graph.name, e)
     with contextlib.suppress(OSError):
         store.flush_stats()
-    _remember(key.digest, executable)
+    _remember(key.digest, executable, weights_in_memory)
     return executable
 
 

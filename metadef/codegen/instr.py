@@ -47,6 +47,11 @@ def constant(value: int | float | bool, dtype: np.dtype) -> str:
         return float_literal(float(value), dtype)
     if dtype.kind == "b":
         return "true" if value else "false"
+    if isinstance(value, float) and not np.isfinite(value):  # a max-pool's -inf padding on integers
+        if np.isnan(value):
+            raise CodegenUnsupported(f"NaN has no {dtype} literal")
+        info = np.iinfo(dtype)
+        return str(info.min if value < 0 else info.max)
     return str(int(value))
 
 

@@ -28,3 +28,22 @@ def test_known_failures_are_real_cases_of_listed_ops():
     for name in KNOWN_FAILURES:
         assert name in by_name, f"{name} is not a node test case of this onnx release"
         assert case_op(by_name[name]) in FOUNDATION_OPS
+
+
+# ops whose cases exercise every kind of x86 kernel: BLAS contractions (and their epilogues),
+# generated elementwise/reduction kernels, casts, views, function bodies (expanded cases with
+# constants that differ only in value), and reference fallbacks
+X86_SAMPLE = ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "Cast", "LeakyRelu", "HannWindow",
+              "Einsum", "Softmax", "Reshape", "LayerNormalization", "Gelu", "Where")
+
+
+@pytest.mark.slow
+@pytest.mark.jit
+def test_x86_passes_what_the_reference_passes_or_falls_back_with_a_reason() -> None:
+    reference = {r.name: r for r in run_cases(X86_SAMPLE).results}
+    compiled = run_cases(X86_SAMPLE, target="x86")
+    for r in compiled.results:
+        if reference[r.name].status == "pass":
+            assert r.status == "pass", (r.name, r.detail)
+        assert all(reason.strip() for reason in r.fallbacks)
+    assert sum(r.status == "pass" for r in compiled.results) >= 200

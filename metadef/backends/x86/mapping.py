@@ -250,11 +250,12 @@ def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, s
 
 
 # contraction meta-op -> (builder of its kernel from attrs and node -> (kernel, description))
-contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.ContractionFn, str]]] = {
+contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.ContractionFn | None, str]]] = {
     "MatMul": lambda attrs, node: (blas.matmul_kernel(attrs), "blas sgemm (np.matmul)"),
     "Gemm": lambda attrs, node: (blas.gemm_kernel(attrs), "blas sgemm (np.matmul) + alpha/beta*C"),
     "Conv": _conv,
-    "Einsum": lambda attrs, node: (blas.einsum_kernel(attrs), "np.einsum(optimize=True)"),
+    "Einsum": lambda attrs, node: (blas.einsum_kernel(attrs), "np.einsum(optimize=True)")
+    if _dtype_of(node) in (np.float32, np.float64) else (None, f"np.einsum does not take {_dtype_of(node)}"),
     "ai.metadef::Attention": _attention,
 }
 
@@ -265,6 +266,8 @@ def library_contraction(node: Node) -> Choice | str:
     if build is None:
         return f"no x86 contraction kernel for {node.qualop}"
     fn, how = build(attrs_of(node), node)
+    if fn is None:
+        return how
 
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
         return [fn(args).astype(out_types[0].dtype.numpy, copy=False)]
@@ -286,6 +289,8 @@ def contraction_group(node: Node) -> Choice | str:
     if build is None:
         return f"no x86 contraction kernel for the anchor {split.anchor.qualop}"
     fn, how = build(attrs_of(split.anchor), split.anchor)
+    if fn is None:
+        return how
     consts = [const if pos is None else node.inputs[pos].const for pos, const in split.anchor_sources]
     if split.body is None:
         return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None, consts))

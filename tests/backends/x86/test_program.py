@@ -186,3 +186,15 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
     sess.executable.programs.give_back(program)
     assert any(kind.startswith(f"conv2d {choice}" if choice == "winograd" else "conv2d im2col")
                for kind in program.call_kinds), program.call_kinds
+
+
+def test_same_structure_other_weights_in_one_process_gets_its_own_weights() -> None:
+    text = """graph g(%x: f32[n,4]) -> (%y) {
+      %w: f32[4,3] = const
+      %y: f32[n,3] = MatMul(%x, %w) @mm
+      return %y }"""
+    x = RNG.standard_normal((2, 4), dtype=np.float32)
+    for _ in range(3):  # the compile cache keys these graphs alike (weights by dtype and shape)
+        g = _graph(text)
+        np.testing.assert_allclose(md.compile(g, target="x86").run({"x": x})["y"], x @ g.constants[0].const,
+                                   rtol=1e-5)
