@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
+from metadef.cache import Store, kernel_key, shape_key
 from metadef.codegen.native import (
     CONV2D_DIMS,
     ENTRY,
@@ -231,27 +233,45 @@ _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
 
 
-def measured_choice(key: tuple[int, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
-    """The fastest of ``candidates`` (name -> one run), timed here once per ``key`` in this
-    process (best of 3 after a warm-up): ``(name, the timings as text)``."""
+def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
+    """The fastest of ``candidates`` (name -> one run on the shapes ``key`` names), timed once
+    (best of 3 after a warm-up) and remembered in this process and in the compile cache's
+    shape level, so a new process on this machine does not time it again: ``(name, the timings
+    as text)``. The decision is logged under ``METADEF_DEBUG=1``."""
     with _CHOICE_LOCK:
         found = _CONV_CHOICES.get(key)
         if found is not None:
             return found
-        times = {}
-        for name, run in candidates.items():
-            run()
-            best = math.inf
-            for _ in range(3):
-                t0 = time.perf_counter()
+        cache_key = shape_key(kernel_key(f"measured choice {key!r} among {sorted(candidates)}"), {})
+        found = _stored_choice(cache_key, candidates)
+        if found is None:
+            times = {}
+            for name, run in candidates.items():
                 run()
-                best = min(best, time.perf_counter() - t0)
-            times[name] = best
-        winner = min(times, key=times.__getitem__)
-        text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
-        _CONV_CHOICES[key] = (winner, text)
-        log.debug("x86: conv %s: %s chosen by measurement (%s)", key, winner, text)
-        return winner, text
+                best = math.inf
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    run()
+                    best = min(best, time.perf_counter() - t0)
+                times[name] = best
+            winner = min(times, key=times.__getitem__)
+            text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
+            found = (winner, text)
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                Store().put(cache_key, {"winner": winner, "timings": text}, {})
+        _CONV_CHOICES[key] = found
+        log.debug("x86: %s: %s chosen by measurement (%s)", key, *found)
+        return found
+
+
+def _stored_choice(cache_key: Any, candidates: Mapping[str, Any]) -> tuple[str, str] | None:
+    try:
+        entry = Store().get(cache_key)
+    except (OSError, ValueError):
+        return None
+    if entry is None or entry.manifest.get("winner") not in candidates:
+        return None
+    return str(entry.manifest["winner"]), f"{entry.manifest.get('timings', '')}; stored"
 
 
 def _timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Callable[[], None]:
@@ -327,9 +347,9 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     wino_dims = (n, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
     conv_dims = (n, c, h, w, k, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 1, int(has_bias))
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
-    key = ("winograd3x3", *wino_dims)
-    x = np.zeros(sx, np.float32)
-    y = np.empty((n, k, oh, ow), np.float32)
+    key = ("conv2d 3x3 per image", *wino_dims[1:])  # both loop over the images: timed on one
+    x = np.zeros((1, *sx[1:]), np.float32)
+    y = np.empty((1, k, oh, ow), np.float32)
     wt = np.zeros(sw, np.float32)
     b = np.zeros(k, np.float32)
     work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
@@ -337,10 +357,10 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     winner, timings = measured_choice(key, {
         "winograd": _timed_call(native_function("md_winograd3x3"),
                                 [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
-                                wino_dims),
+                                (1, *wino_dims[1:])),
         "im2col": _timed_call(native_function("md_conv2d"),
                               [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
-                              conv_dims)})
+                              (1, *conv_dims[1:]))})
     if winner != "winograd":
         return None
     args = (sources[0], Arg("addr", u.ctypes.data), out, Arg("scratch", 0), *_blas(), bias)
