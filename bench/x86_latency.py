@@ -9,8 +9,8 @@ compile times (metadef: optimize + x86 compile; ORT: session creation). BERT run
     .venv/bin/python bench/x86_latency.py                       # every model, batch 1 and 8
     .venv/bin/python bench/x86_latency.py --models mlp resnet50 --batches 1 --runs 20
 
-Step 1 of the x86 backend dispatches one kernel per node from Python; its numbers are what
-they are (see the plan's fallbacks, printed per model).
+The x86 backend runs each model as native programs over a planned arena (one ctypes call per
+run of native steps); BLAS calls use ``threads``, generated code one thread.
 """
 
 from __future__ import annotations

@@ -1,16 +1,21 @@
-"""The x86 backend: generated kernels (LLVM, via ``metadef.codegen``) and BLAS contractions.
+"""The x86 backend: generated kernels (LLVM, via ``metadef.codegen``), BLAS contractions, and
+the whole graph run as native programs over one planned arena.
 
 ``X86Backend().compile(graph)`` walks the nodes once and picks each node's kernel from the
 mapping table (:mod:`metadef.backends.x86.mapping`); every kernel is compiled then, with the
 symbolic sizes left as run-time arguments, so running a new batch size or sequence length
-compiles nothing. ``run`` allocates each output with numpy, frees every intermediate after
-its last reader (as the reference backend does) and works out the concrete output shapes once
-per new binding of the symbols. Nodes no strategy takes run on their reference kernel; each
-such fallback is logged (logger ``metadef.backends.x86``) and listed, with its reason, in
+compiles nothing. Nodes no strategy takes run on their reference kernel; each such fallback
+is logged (logger ``metadef.backends.x86``) and listed, with its reason, in
 ``executable.fallbacks`` and ``executable.summary()``.
 
-Step 1 of issue 4: kernels are dispatched from Python, one call per node; generated kernels
-run on one thread; ``threads=`` sets numpy's OpenBLAS thread count (process-wide).
+``run`` executes a :class:`~metadef.backends.x86.program.BoundProgram` prepared once per
+binding of the symbols: each step lowered to native calls (generated kernels, ``sgemm``/
+``sgemv`` called directly, own im2col and Winograd convolutions), pointers and sizes set up
+front, intermediates in one arena planned from their lifetimes, and one ctypes call (the GIL
+released) per run of native steps; steps without a native form run from Python between
+them. ``run_steps`` is the step-by-step Python path (for graphs whose shapes depend on values,
+and as a baseline). ``threads=`` sets numpy's OpenBLAS thread count (process-wide); generated
+code runs on one thread.
 
 Example:
     >>> import numpy as np
@@ -240,10 +245,11 @@ class X86Executable:
                 np.copyto(buffer, result)
             return buffers
         try:
-            self._check_inputs(program, inputs)
-            expected = [(st.shape, st.dtype) for st in program.output_storage]
-            outs = _checked(outputs, expected) if outputs is not None else \
-                [np.empty(shape, dtype) for shape, dtype in expected]
+            for array, (shape, dtype) in zip(inputs, program.input_specs):
+                if array.shape != shape or array.dtype != dtype:
+                    self._check_inputs(program, inputs)
+            outs = _checked(outputs, program.output_specs) if outputs is not None else \
+                [np.empty(shape, dtype) for shape, dtype in program.output_specs]
             program.run(inputs, outs)
         finally:
             self.programs.give_back(program)

@@ -184,6 +184,7 @@ class BoundProgram:
         self.base = base + (-base) % ALIGNMENT
         self.offsets = self.plan.offsets
         self.output_storage = [storage[i] for i in exe.output_ids]
+        self.key = tuple(sorted(self.symbols.items()))
         self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
         self._assemble(lowered)
 
@@ -199,7 +200,8 @@ class BoundProgram:
         return None
 
     def _assemble(self, lowered: list[tuple[Any, list[_Storage | None], list[_Storage], list[int], int]]) -> None:
-        self.patches: list[tuple[Any, int, str, int]] = []  # (pointer array, slot, input/output, position)
+        self._n_inputs = len(self.exe.input_ids)
+        self.patches: list[tuple[Any, int, int]] = []  # (pointer array, slot, input position or outputs after)
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
         pending: list[tuple[int, list[int], list[int]]] = []
@@ -226,6 +228,11 @@ class BoundProgram:
                 self.call_kinds[call.what.split(" (")[0]] += 1
         self._flush(pending, pending_patches)
         self._program = PROGRAM(native_function("md_run_program"))
+        program = self._program
+        self._work: list[tuple[bool, Any]] = [
+            (True, (program, s.address, s.count)) if isinstance(s, _Segment) else (False, s) for s in self.segments]
+        self._finish = [(k, st) for k, st in enumerate(self.output_storage) if st.kind != OUTPUT or st.index != k]
+        self.output_specs = [(st.shape, st.dtype) for st in self.output_storage]
 
     def _resolve(self, arg: Arg, ins: list[_Storage | None], outs: list[_Storage], scratch: list[int],
                  call: int, slot: int, patches: list[tuple[int, int, str, int]]) -> int:
@@ -250,24 +257,23 @@ class BoundProgram:
         segment = _Segment(pending)
         self.segments.append(segment)
         for call, slot, kind, position in patches:
-            self.patches.append((segment.args[call], slot, kind, position))
+            self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position))
 
     # --------------------------------------------------------------------------- running
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Run on contiguous ``inputs`` (graph order) into contiguous ``outputs``."""
-        addresses = {INPUT: [a.ctypes.data if a.size else _EMPTY_ADDRESS for a in inputs],
-                     OUTPUT: [a.ctypes.data if a.size else _EMPTY_ADDRESS for a in outputs]}
-        for array, slot, kind, position in self.patches:
-            array[slot] = addresses[kind][position]
-        for segment in self.segments:
-            if isinstance(segment, _Segment):
-                self._program(segment.address, segment.count)
+        if self.patches:
+            addresses = [a.__array_interface__["data"][0] if a.size else _EMPTY_ADDRESS for a in (*inputs, *outputs)]
+            for array, slot, position in self.patches:
+                array[slot] = addresses[position]
+        for native, work in self._work:
+            if native:
+                work[0](work[1], work[2])
             else:
-                self._run_python(segment, inputs, outputs)
-        for k, st in enumerate(self.output_storage):  # outputs no step wrote: inputs, constants, repeats
-            if st.kind != OUTPUT or st.index != k:
-                np.copyto(outputs[k], self._view(st, inputs, outputs))
+                self._run_python(work, inputs, outputs)
+        for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
+            np.copyto(outputs[k], self._view(st, inputs, outputs))
 
     def _view(self, st: _Storage, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:
         if st.kind == INPUT:
@@ -334,14 +340,15 @@ class ProgramPool:
         """A prepared program for ``symbols`` (taken from the pool, or built); raises
         :class:`BackendError` when the graph's shapes depend on values."""
         key = tuple(sorted(symbols.items()))
-        with self._lock:
-            why = self._refused.get(key)
-            if why is not None:
-                raise _Unplannable(why)
-            free = self._free.get(key)
-            if free:
-                self._free.move_to_end(key)
-                return free.pop()
+        free = self._free.get(key)
+        if free:
+            try:
+                return free.pop()  # atomic under the GIL: two threads never get the same program
+            except IndexError:
+                pass
+        why = self._refused.get(key)
+        if why is not None:
+            raise _Unplannable(why)
         try:
             program = BoundProgram(self.exe, symbols)
         except _Unplannable as e:
@@ -355,10 +362,13 @@ class ProgramPool:
         return program
 
     def give_back(self, program: BoundProgram) -> None:
-        key = tuple(sorted(program.symbols.items()))
-        with self._lock:
-            free = self._free.setdefault(key, [])
-            self._free.move_to_end(key)
+        """Return a program taken with :meth:`bound` (kept for the next run of its binding)."""
+        free = self._free.get(program.key)
+        if free is not None and len(free) < PROGRAMS_PER_BINDING:
+            free.append(program)
+            return
+        with self._lock:  # a new binding: make room for it, least recently prepared first
+            free = self._free.setdefault(program.key, [])
             if len(free) < PROGRAMS_PER_BINDING:
                 free.append(program)
             while len(self._free) > BINDINGS_KEPT:
