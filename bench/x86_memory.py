@@ -1,0 +1,82 @@
+"""Memory of the zoo models on the x86 backend: the planned arena against the lifetime lower
+bound, and each runtime's process peak RSS (metadef and ONNX Runtime in separate fresh
+processes, so neither pays for the other's libraries).
+
+    .venv/bin/python bench/x86_memory.py                     # every zoo model, batch 1
+    .venv/bin/python bench/x86_memory.py --models bert --batch 8
+
+The arena holds every intermediate tensor and scratch buffer of one run; the lower bound is
+the most memory live at any one step (no placement needs less). Peak RSS is ``VmHWM`` after
+building the model, compiling (metadef: optimize at ``aggressive`` + x86 compile; ORT:
+session creation at ORT_ENABLE_ALL) and three runs, minus nothing: imports and weights count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+METADEF = """
+import json, logging, numpy as np
+logging.disable(logging.WARNING)
+import metadef as md
+name, batch = {name!r}, {batch}
+dims = {{"seq": 128}} if name == "bert" else {{}}
+graph = md.optimize(md.import_onnx(md.zoo.build(name)), level="aggressive")
+sess = md.compile(graph, target="x86")
+feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)
+for _ in range(3):
+    sess.run(feeds)
+program = sess.executable.programs.bound({{"batch": batch, **dims}})
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+print(json.dumps({{"arena": program.plan.peak, "lower_bound": program.plan.lower_bound, "rss_kb": hwm,
+                  "python_steps": program.python_steps, "native_calls": program.native_calls}}))
+"""
+
+ORT = """
+import json, numpy as np, onnxruntime as ort
+import metadef as md
+name, batch = {name!r}, {batch}
+dims = {{"seq": 128}} if name == "bert" else {{}}
+data = md.zoo.build(name).SerializeToString()
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+so.intra_op_num_threads = 1
+sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+del data
+feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)
+for _ in range(3):
+    sess.run(None, feeds)
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+print(json.dumps({{"rss_kb": hwm}}))
+"""
+
+
+def _run(script: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["mlp", "resnet50", "mobilenetv2", "bert"])
+    ap.add_argument("--batch", type=int, default=1)
+    args = ap.parse_args()
+    print("| model | batch | arena MB | lower bound MB | arena / bound | metadef peak RSS MB | ORT peak RSS MB |"
+          " RSS ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models:
+        ours = _run(METADEF.format(name=name, batch=args.batch))
+        theirs = _run(ORT.format(name=name, batch=args.batch))
+        ratio = ours["arena"] / ours["lower_bound"] if ours["lower_bound"] else 1.0
+        print(f"| {name} | {args.batch} | {ours['arena'] / 2**20:.2f} | {ours['lower_bound'] / 2**20:.2f} | "
+              f"{ratio:.3f} | {ours['rss_kb'] / 1024:.0f} | {theirs['rss_kb'] / 1024:.0f} | "
+              f"{ours['rss_kb'] / theirs['rss_kb']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
