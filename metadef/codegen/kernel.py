@@ -39,6 +39,7 @@ import numpy as np
 
 from metadef.codegen.emit import emit_module
 from metadef.codegen.errors import CodegenUnsupported
+from metadef.codegen.exprs import Reduce, walk
 from metadef.codegen.jit import compile_ir, load_object, object_code
 from metadef.codegen.lower import compose
 from metadef.core.errors import BackendError
@@ -439,7 +440,10 @@ def _generate(body: Any, key: str) -> tuple[KernelCode, int]:
     if symbol in _LINKED:  # linked from a stored plan under this name: pick another
         symbol = f"{symbol}_{len(_LINKED)}"
     emitted = emit_module(group, symbol)
-    address = compile_ir(emitted.ir, [symbol], symbol)[symbol]
+    # unrolling pays where a reduction (a window sum, a dot) runs inside the loops; an
+    # elementwise nest only grows (and takes LLVM up to a second) when unrolled
+    reduces = any(isinstance(n, Reduce) for out in group.outputs for n in walk(out.tree))
+    address = compile_ir(emitted.ir, [symbol], symbol, unroll=reduces)[symbol]
     code = KernelCode(symbol, object_code(symbol) or b"", tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
                       tuple(group.constants), tuple(emitted.slots), tuple(group.broadcasts))
     return code, address
