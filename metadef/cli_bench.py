@@ -173,6 +173,9 @@ def _ort_session(data: bytes, threads: int) -> Any:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    # measured interleaved: ORT's idle workers would spin after each run, taking the cores
+    # from the next run measured (ours); with one thread there are no workers, no change
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
