@@ -26,7 +26,8 @@ import onnxruntime as ort
 
 import metadef as md
 from metadef.backends.x86 import X86Backend
-from metadef.backends.x86.contractions import blas_info, set_blas_threads
+from metadef.backends.x86.contractions import blas_info
+from metadef.backends.x86.threads import set_threads
 from metadef.runtime.session import Session
 
 
@@ -66,7 +67,7 @@ def bench_model(name: str, batches: list[int], threads: list[int], runs: int, wa
         t0 = time.perf_counter()
         ort_sess = _ort_session(data, t)
         t_ort = time.perf_counter() - t0
-        set_blas_threads(t)
+        set_threads(t)
         for batch in batches:
             dims = {"seq": 128} if name == "bert" else {}
             feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)

@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 import metadef as md
-from metadef.backends.x86.contractions import set_blas_threads
+from metadef.backends.x86.threads import set_threads
 from metadef.benchmark import (
     DEFAULT_SEQ,
     FOREIGN_LOAD_LIMIT,
@@ -198,7 +198,7 @@ def run_bench(model: str, batches: Sequence[int] = (1,), threads: Sequence[int] 
         t0 = time.perf_counter()
         ort_sess = _ort_session(bm.onnx_bytes, t)
         ort_s = time.perf_counter() - t0
-        set_blas_threads(t)
+        set_threads(t)
         for batch in batches:
             feeds = example_feeds(bm, batch)
 

@@ -82,6 +82,7 @@ def encode_kernel(code: KernelCode) -> tuple[dict[str, Any], dict[str, bytes]]:
                 "outputs": [[np.dtype(dt).str, [_dim(d) for d in shape]] for dt, shape in code.outputs],
                 "slots": [_dim(d) for d in code.slots],
                 "broadcasts": [[_dim(a), _dim(b), where] for a, b, where in code.broadcasts],
+                "nests": [[_dim(d) for d in nest] for nest in code.nests],
                 "constants": len(code.constants)}
     blobs = {"object": code.object_code, **{f"const{i}": _npy(c) for i, c in enumerate(code.constants)}}
     return manifest, blobs
@@ -95,7 +96,8 @@ def decode_kernel(entry: Entry) -> KernelCode:
     return KernelCode(str(m["symbol"]), entry.blobs["object"],
                       tuple((np.dtype(dt), tuple(_undim(d) for d in shape)) for dt, shape in m["outputs"]),
                       constants, tuple(_undim(d) for d in m["slots"]),
-                      tuple((_undim(a), _undim(b), str(w)) for a, b, w in m["broadcasts"]))
+                      tuple((_undim(a), _undim(b), str(w)) for a, b, w in m["broadcasts"]),
+                      tuple(tuple(_undim(d) for d in nest) for nest in m.get("nests", [])))
 
 
 class DiskKernelStore:

@@ -25,7 +25,7 @@ Example:
     >>> b.output(y)
     >>> emitted = emit_module(compose(b.build()), "neg")
     >>> [str(s) for s in emitted.slots], "fneg float" in emitted.ir
-    (['n'], True)
+    (['__t', '__T', '__split0', 'n'], True)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from metadef.codegen.exprs import Axis, Const, InBounds, IndexValue, Lin, Load, 
 from metadef.codegen.instr import cast, constant, emit_op, intrinsic
 from metadef.codegen.lower import Group, Output, out_var
 from metadef.codegen.mathlib import MATH_DECLARATIONS, definitions_for
-from metadef.shape import Dim, mul
+from metadef.shape import Dim, mul, sym
 
 I64 = np.dtype(np.int64)
 
@@ -57,21 +57,35 @@ class Frame:
 
 @dataclass(eq=False)
 class Loop:
-    """``for var in [0, extent)``, with accumulators ``(phi, type, init, next)``."""
+    """``for var in [start, extent)``, with accumulators ``(phi, type, init, next)``."""
 
     var: str
     extent: str
     body: Frame
     accs: list[tuple[str, str, str, str]] = field(default_factory=list)
+    start: str = "0"
 
 
 @dataclass(frozen=True)
 class Emitted:
-    """A module's text, its entry symbol and the dims it reads at run time."""
+    """A module's text, its entry symbol, the dims it reads at run time, and each loop nest's
+    extents (outermost first) for choosing the loop a parallel run splits."""
 
     ir: str
     symbol: str
     slots: tuple[Dim, ...]
+    nests: tuple[tuple[Dim, ...], ...] = ()
+
+
+TASK, TASKS = "__t", "__T"
+"""The dims a kernel reads to run part of its work: task ``__t`` of ``__T`` computes the slice
+``[ext * t / T, ext * (t + 1) / T)`` of loop ``__split<n>`` of nest ``n`` (the whole of every
+loop with ``__T = 1``). Callers that do not split pass 0, 1 and 0."""
+
+
+def split_slot(nest: int) -> str:
+    """The dim naming which loop of nest ``nest`` a task splits (its position, outermost 0)."""
+    return f"__split{nest}"
 
 
 class _Emitter:
@@ -86,6 +100,7 @@ class _Emitter:
         self.dim_values: dict[str, str] = {}
         self.declarations: set[str] = set()
         self.pointers = [f"%p{i}" for i in range(len(group.sources) + len(group.outputs))]
+        self.nests: list[tuple[Dim, ...]] = []
 
     # ------------------------------------------------------------------ plumbing
     def fresh(self, prefix: str = "v") -> str:
@@ -240,10 +255,24 @@ class _Emitter:
         """One loop nest computing the outputs (all of one shape)."""
         shape = outputs[0][1].shape
         order = _loop_order(len(shape), [o.tree for _, o in outputs])
+        splittable = len(order) - 1 if len(order) > 1 else len(order)  # never the innermost loop
+        if splittable:
+            task, tasks = self.dim(sym(TASK)), self.dim(sym(TASKS))
+            split = self.dim(sym(split_slot(len(self.nests))))
+        self.nests.append(tuple(shape[a] for a in order))
         loops, parent = [], self.root
-        for axis in order:
-            loops.append(self.open_loop(out_var(axis), shape[axis], parent))
-            parent = loops[-1].body
+        for k, axis in enumerate(order):
+            loop = self.open_loop(out_var(axis), shape[axis], parent)
+            if k < splittable:  # this task's slice when the split falls on this loop
+                out = self.emitter(parent)
+                mine = out(f"icmp eq i64 {split}, {k}")
+                lo = out(f"sdiv i64 {out(f'mul i64 {loop.extent}, {task}')}, {tasks}")
+                after = out(f"add i64 {task}, 1")
+                hi = out(f"sdiv i64 {out(f'mul i64 {loop.extent}, {after}')}, {tasks}")
+                loop.start = out(f"select i1 {mine}, i64 {lo}, i64 0")
+                loop.extent = out(f"select i1 {mine}, i64 {hi}, i64 {loop.extent}")
+            loops.append(loop)
+            parent = loop.body
         index = Lin()
         stride: Dim = 1
         for axis in range(len(shape) - 1, -1, -1):
@@ -273,7 +302,7 @@ class _Emitter:
             n = self.fresh("L")[1:]
             head, body, latch, done = f"{n}.head", f"{n}.body", f"{n}.latch", f"{n}.exit"
             lines += [f"  br label %{head}", f"{head}:",
-                      f"  {item.var} = phi i64 [0, %{label}], [{item.var}.next, %{latch}]"]
+                      f"  {item.var} = phi i64 [{item.start}, %{label}], [{item.var}.next, %{latch}]"]
             lines += [f"  {phi} = phi {ty} [{init}, %{label}], [{nxt}, %{latch}]"
                       for phi, ty, init, nxt in item.accs]
             lines += [f"  {item.var}.go = icmp slt i64 {item.var}, {item.extent}",
@@ -354,7 +383,7 @@ def emit_module(group: Group, name: str) -> Emitted:
         definitions_for(body), MATH_DECLARATIONS, *sorted(e.declarations - set(MATH_DECLARATIONS.split("\n"))),
         "!0 = !{}", ""])
     slots = tuple(d for _, d in sorted(e.slots.values(), key=lambda s: s[0]))
-    return Emitted(text, name, slots)
+    return Emitted(text, name, slots, tuple(e.nests))
 
 
-__all__ = ["Emitted", "Frame", "Loop", "emit_module"]
+__all__ = ["TASK", "TASKS", "Emitted", "Frame", "Loop", "emit_module", "split_slot"]

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from metadef.codegen.emit import emit_module
+from metadef.codegen.emit import TASK, TASKS, emit_module, split_slot
 from metadef.codegen.errors import CodegenUnsupported
 from metadef.codegen.exprs import Reduce, walk
 from metadef.codegen.jit import compile_ir, load_object, object_code
@@ -64,6 +64,8 @@ class KernelCode:
     constants: tuple[np.ndarray, ...]
     slots: tuple[Dim, ...]
     broadcasts: tuple[tuple[Dim, Dim, str], ...]
+    nests: tuple[tuple[Dim, ...], ...] = ()
+    """Each loop nest's extents, outermost first (see :data:`metadef.codegen.emit.TASK`)."""
 
 
 class KernelStore(Protocol):
@@ -119,9 +121,11 @@ class Kernel:
 
     def __init__(self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec],
                  constants: list[np.ndarray], slots: tuple[Dim, ...],
-                 broadcasts: list[tuple[Dim, Dim, str]], address: int, symbol: str) -> None:
+                 broadcasts: list[tuple[Dim, Dim, str]], address: int, symbol: str,
+                 nests: tuple[tuple[Dim, ...], ...] = ()) -> None:
         self.name = name
         self.symbol = symbol
+        self.nests = nests
         self.inputs, self.outputs = inputs, outputs
         self.input_dtypes = tuple(s.dtype for s in inputs)
         self.output_dtypes = tuple(s.dtype for s in outputs)
@@ -155,7 +159,7 @@ class Kernel:
                 if name is not None:
                     bound.add(name)
             self._axis_plans.append(plan)
-        needed = set().union(*(free_symbols(d) for d in self._slots if not isinstance(d, int)),
+        needed = set().union(*(_shape_symbols(d) for d in self._slots if not isinstance(d, int)),
                              *(free_symbols(d) for b in self._broadcasts for d in b[:2]
                                if not isinstance(d, int)))
         if needed - bound:
@@ -223,6 +227,7 @@ class Kernel:
             pointers[base + k] = array.ctypes.data if array.size else _EMPTY_ADDRESS
         if later or self._broadcasts:
             self._check_later(env, later)
+        _task_env(env, len(self.nests))
         dims = self._dims_type(*(d if name is None and isinstance(d, int) else
                                  env[name] if name is not None else evaluate(d, env)
                                  for d, name in self._slot_plans))
@@ -234,8 +239,8 @@ class Kernel:
         in its pointer arguments); they live as long as the kernel."""
         return list(self._constant_pointers)
 
-    def dims_for(self, input_shapes: Sequence[tuple[int, ...]],
-                 output_shapes: Sequence[tuple[int, ...]]) -> list[int]:
+    def dims_for(self, input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]],
+                 task: int = 0, tasks: int = 1, splits: Sequence[int] | None = None) -> list[int]:
         """The ``dims`` argument for these concrete shapes, after checking them against the
         kernel's symbolic shapes (a native program prepares it once per binding).
 
@@ -243,7 +248,10 @@ class Kernel:
             >>> from metadef.ir import parse_graph
             >>> g = parse_graph("graph g(%x: f32[n,3]) -> (%y) { %y: f32[n,3] = Relu(%x) return %y }")
             >>> compile_group(g, "relu").dims_for([(5, 3)], [(5, 3)])
-            [5]
+            [0, 1, 0, 5]
+
+        ``task`` of ``tasks`` with ``splits`` (the loop each nest splits): the dims of one part
+        of a parallel run (see :meth:`split_plan`).
         """
         if len(input_shapes) != len(self.inputs) or len(output_shapes) != len(self.outputs):
             raise self._fail(f"takes {len(self.inputs)} inputs and {len(self.outputs)} outputs, "
@@ -257,8 +265,39 @@ class Kernel:
                 raise self._fail(f"{what} has rank {len(shape)}, expected {len(spec.shape)} ({_format(spec.shape)})")
             self._bind(plan, spec, tuple(shape), env, later, what)
         self._check_later(env, later)
+        _task_env(env, len(self.nests), task, tasks, splits)
         return [d if name is None and isinstance(d, int) else env[name] if name is not None else evaluate(d, env)
                 for d, name in self._slot_plans]
+
+    def split_plan(self, input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]]
+                   ) -> tuple[list[int], int]:
+        """For a parallel run on these shapes: the loop each nest splits (the longest loop but
+        the innermost) and the fewest iterations any nest's split loop has (how many tasks
+        could share the work).
+
+        Example:
+            >>> from metadef.ir import parse_graph
+            >>> g = parse_graph("graph g(%x: f32[n,3]) -> (%y) { %y: f32[n,3] = Relu(%x) return %y }")
+            >>> compile_group(g, "relu").split_plan([(64, 3)], [(64, 3)])
+            ([0], 64)
+        """
+        env: dict[str, int] = {}
+        later: list[tuple[Dim, int, str]] = []
+        for spec, shape, plan in zip([*self.inputs, *self.outputs], [*input_shapes, *output_shapes],
+                                     self._axis_plans):
+            self._bind(plan, spec, tuple(shape), env, later, spec.name)
+        splits, fewest = [], None
+        for nest in self.nests:
+            extents = [_value(d, env) for d in nest]
+            candidates = extents[:-1] if len(extents) > 1 else extents
+            if not candidates:
+                splits.append(0)
+                fewest = 0
+                continue
+            k = max(range(len(candidates)), key=lambda i: candidates[i])
+            splits.append(k)
+            fewest = candidates[k] if fewest is None else min(fewest, candidates[k])
+        return splits, fewest or 0
 
     def _check_later(self, env: dict[str, int], later: list[tuple[Dim, int, str]]) -> None:
         for dim, actual, what in later:
@@ -269,6 +308,19 @@ class Kernel:
             d, e = _value(dim, env), _value(extent, env)
             if d not in (1, e):
                 raise self._fail(f"{where}: a dim of {d} does not broadcast to {e}")
+
+
+def _shape_symbols(d: Dim) -> set[str]:
+    """The symbols of a slot that shapes must give (not the task dims ``__t``, ``__T``, ...)."""
+    return {s for s in free_symbols(d) if not s.startswith("__")}
+
+
+def _task_env(env: dict[str, int], nests: int, task: int = 0, tasks: int = 1,
+              splits: Sequence[int] | None = None) -> dict[str, int]:
+    env[TASK], env[TASKS] = task, tasks
+    for n in range(nests):
+        env[split_slot(n)] = splits[n] if splits is not None else 0
+    return env
 
 
 def _symbol(d: Dim) -> str | None:
@@ -395,7 +447,8 @@ def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = 
         raise BackendError(f"kernel {name}: the code {code.symbol} does not fit the body's outputs")
     specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
     outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
-    return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol)
+    return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol,
+                  code.nests)
 
 
 def _compile(body: Any, name: str) -> Kernel:
@@ -445,7 +498,7 @@ def _generate(body: Any, key: str) -> tuple[KernelCode, int]:
     reduces = any(isinstance(n, Reduce) for out in group.outputs for n in walk(out.tree))
     address = compile_ir(emitted.ir, [symbol], symbol, unroll=reduces)[symbol]
     code = KernelCode(symbol, object_code(symbol) or b"", tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
-                      tuple(group.constants), tuple(emitted.slots), tuple(group.broadcasts))
+                      tuple(group.constants), tuple(emitted.slots), tuple(group.broadcasts), emitted.nests)
     return code, address
 
 

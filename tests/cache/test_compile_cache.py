@@ -82,8 +82,8 @@ def test_four_processes_at_once_leave_one_valid_entry_per_key(cache_dir: Path) -
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         np.testing.assert_allclose(json.loads(out.strip().splitlines()[-1])["out"], _expected(), rtol=1e-5)
-    # three kernels and two native routines (the program driver, copy)
-    assert len(_entries(cache_dir, "model")) == 1 and len(_entries(cache_dir, "kernel")) == 5
+    # three kernels and three native routines (the program driver, the worker pool, copy)
+    assert len(_entries(cache_dir, "model")) == 1 and len(_entries(cache_dir, "kernel")) == 6
     for path in _entries(cache_dir, "model") + _entries(cache_dir, "kernel"):
         decode_entry(path.read_bytes())  # raises if torn
     assert not list((cache_dir / "v1").rglob("*.tmp"))
@@ -100,7 +100,7 @@ def test_a_damaged_kernel_entry_is_rebuilt_not_loaded(cache_dir: Path, damage: s
         data[len(data) // 2] ^= 0x01
     victim.write_bytes(bytes(data))
     again = _run_process(cache_dir)
-    assert again["generated"] == 1 and first["generated"] == 5  # three kernels, two native routines
+    assert again["generated"] == 1 and first["generated"] == 6  # three kernels, three native routines
     np.testing.assert_allclose(again["out"], _expected(), rtol=1e-5)
     decode_entry(victim.read_bytes())  # written again, whole
     assert Store().stats()["kernel.corrupt"] == 1

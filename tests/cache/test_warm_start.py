@@ -99,7 +99,7 @@ def _process(cache_dir: Path) -> dict:
 def test_a_new_process_rebuilds_the_executable_from_the_stored_plan(cache_dir: Path) -> None:
     cold = _process(cache_dir)
     warm = _process(cache_dir)
-    assert cold["generated"] == 3 and warm["generated"] == 0  # the group's kernel, the program driver, copy
+    assert cold["generated"] == 4 and warm["generated"] == 0  # the kernel, the driver, the pool, copy
     assert warm["plan"] == cold["plan"] == [["generated_group", "generated", 1]]
     np.testing.assert_allclose(warm["out"], np.exp(X * 2) + BIAS, rtol=1e-5)
     assert Store().stats()["model.hits"] == 1

@@ -14,8 +14,10 @@ binding of the symbols: each step lowered to native calls (generated kernels, ``
 front, intermediates in one arena planned from their lifetimes, and one ctypes call (the GIL
 released) per run of native steps; steps without a native form run from Python between
 them. ``run_steps`` is the step-by-step Python path (for graphs whose shapes depend on values,
-and as a baseline). ``threads=`` sets numpy's OpenBLAS thread count (process-wide); generated
-code runs on one thread.
+and as a baseline). Generated kernels that write enough elements split their outermost loops
+across a pool of worker threads that the native program drives (:mod:`.threads`); ``threads=``
+fixes the executable's thread count and sets OpenBLAS's (process-wide), else both follow
+:func:`~metadef.backends.x86.threads.set_threads` (default: the machine's cores).
 
 Example:
     >>> import numpy as np
@@ -43,10 +45,10 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.base import plan_frees
-from metadef.backends.x86.contractions import set_blas_threads
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.program import ProgramPool, unplannable
+from metadef.backends.x86.threads import set_threads
 from metadef.cache import PlanMismatch, compile_cached, kernel_key
 from metadef.codegen.kernel import KernelCode, record_kernels, replay_kernels
 from metadef.codegen.native import native_function
@@ -161,7 +163,8 @@ class X86Executable:
         self.debug = DEBUG.get()
         self.programs = ProgramPool(self)
         if CODEGEN_READY:  # now, inside the compile cache's store: a run compiles nothing
-            for routine in sorted({"md_run_program", "md_copy", *(r for s in self.steps for r in needs(s.native))}):
+            routines = {"md_run_program", "md_run_tasks", "md_copy", *(r for s in self.steps for r in needs(s.native))}
+            for routine in sorted(routines):
                 native_function(routine)
         if self.fallbacks:
             log.warning("x86: %d of %d nodes of %s fall back to reference kernels; "
@@ -314,8 +317,8 @@ def _checked(outputs: Sequence[np.ndarray | None],
 class X86Backend:
     """The x86 backend (``metadef.compile(graph, target="x86")``).
 
-    ``threads``: numpy's OpenBLAS thread count, set at compile time for the whole process;
-    generated kernels are single-threaded in this step.
+    ``threads``: the executable's thread count (generated code, through the worker pool) and
+    numpy's OpenBLAS thread count, set at compile time for the whole process.
 
     Example:
         >>> X86Backend().name
@@ -336,7 +339,7 @@ class X86Backend:
         if options:
             raise BackendError(f"the x86 backend takes only threads= and cache=, got {sorted(options)}")
         if threads is not None:
-            set_blas_threads(threads)
+            set_threads(threads)
         if not cache:
             return X86Executable(graph, threads)
         return compile_cached(

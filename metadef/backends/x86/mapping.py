@@ -376,7 +376,7 @@ _Y = Arg("scratch", 1 << 20)  # the anchor's output before it has a scratch inde
 
 
 def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
-    return tuple(native.Call(c.address, tuple(new if a == old else a for a in c.args), c.dims, c.what)
+    return tuple(native.Call(c.address, tuple(new if a == old else a for a in c.args), c.dims, c.what, c.tasks)
                  for c in step.calls)
 
 
@@ -416,11 +416,13 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
             shapes = [y_shape, *(ins[i] for i in split.input_positions)]
             if any(s is None for s in shapes):
                 return "an epilogue input is absent"
-            dims = kernel.dims_for(shapes, [outs[p] for p in split.epilogue_positions])
+            epilogue_outs = [outs[p] for p in split.epilogue_positions]
+            dims = kernel.dims_for(shapes, epilogue_outs)
             args = (y, *(Arg("in", i) for i in split.input_positions),
                     *(Arg("addr", a) for a in kernel.constant_pointers),
                     *(Arg("out", p) for p in split.epilogue_positions))
-            calls.append(native.Call(kernel.address, args, tuple(dims), "epilogue"))
+            calls.append(native.Call(kernel.address, args, tuple(dims), "epilogue",
+                                     native.kernel_tasks(kernel, shapes, epilogue_outs)))
         return NativeStep(tuple(calls), tuple(scratch), (*step.keep, keep, kernel))
 
     return native.needing(lower, *native.needs(anchor), "md_copy")

@@ -70,12 +70,33 @@ NULL = Arg("null")
 
 @dataclass(frozen=True)
 class Call:
-    """One entry of a native program."""
+    """One entry of a native program; ``tasks(n)``, when given, splits it into ``n`` calls
+    that may run at once (their dims; the args are shared), or says None (not worth it)."""
 
     address: int
     args: tuple[Arg, ...]
     dims: tuple[int, ...]
     what: str = ""
+    tasks: Callable[[int], list[tuple[int, ...]] | None] | None = field(default=None, compare=False)
+
+
+PARALLEL_ELEMENTS = 16384
+"""A generated kernel splits across threads when it writes at least this many elements."""
+
+
+def kernel_tasks(kernel: Any, inputs: Sequence[Shape], outputs: Sequence[Shape]
+                 ) -> Callable[[int], list[tuple[int, ...]] | None]:
+    """How a generated kernel's call splits into ``n`` tasks on these shapes."""
+
+    def split(n: int) -> list[tuple[int, ...]] | None:
+        if n < 2 or sum(math.prod(o) for o in outputs) < PARALLEL_ELEMENTS:
+            return None
+        splits, fewest = kernel.split_plan(inputs, outputs)
+        if fewest < n:
+            return None
+        return [tuple(kernel.dims_for(inputs, outputs, t, n, splits)) for t in range(n)]
+
+    return split
 
 
 @dataclass(frozen=True)
@@ -389,7 +410,8 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     ins = [padded, tuple(sw)] + ([(sw[0],)] if bias is not NULL else [])
     args = (x, sources[1], *([bias] if bias is not NULL else []),
             *(Arg("addr", p) for p in kernel.constant_pointers), out)
-    calls.append(Call(kernel.address, args, tuple(kernel.dims_for(ins, [out_shape])), "depthwise kernel"))
+    calls.append(Call(kernel.address, args, tuple(kernel.dims_for(ins, [out_shape])), "depthwise kernel",
+                      kernel_tasks(kernel, ins, [out_shape])))
     scratch = (n * c * hp * wp * 4,) if len(calls) == 2 else ()
     return NativeStep(tuple(calls), scratch, (kernel,))
 
@@ -425,7 +447,8 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
                       "attention scores"),
                  Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
                                         *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
-                      tuple(dims), "attention softmax"),
+                      tuple(dims), "attention softmax",
+                      kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores])),
                  Call(native_function("md_sgemm"), (p_arg, sources[2], out, *gemm, NULL, *gemv), pv,
                       "attention values"))
         size = 4 * batch * m * n
@@ -443,14 +466,16 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
         shapes = [in_shapes[i] for i in inputs]
         if any(s is None for s in shapes):
             return "an input of the kernel is absent"
-        dims = kernel.dims_for(shapes, [out_shapes[o] for o in outputs])
+        outs = [out_shapes[o] for o in outputs]
+        dims = kernel.dims_for(shapes, outs)
         args = (*(Arg("in", i) for i in inputs), *(Arg("addr", p) for p in kernel.constant_pointers),
                 *(Arg("out", o) for o in outputs))
-        return NativeStep((Call(kernel.address, args, tuple(dims), kernel.name),), (), (kernel,))
+        return NativeStep((Call(kernel.address, args, tuple(dims), kernel.name, kernel_tasks(kernel, shapes, outs)),),
+                          (), (kernel,))
 
     return lower
 
 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
-           "gemm_lowering", "kernel_lowering", "matmul_lowering", "measured_choice", "needing", "needs", "sgemm_dims",
-           "winograd_weights"]
+           "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
+           "needs", "sgemm_dims", "winograd_weights"]

@@ -52,6 +52,7 @@ import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
 from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
+from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.native import PROGRAM, native_function
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import format_node
@@ -82,19 +83,36 @@ class _Storage:
 
 
 class _Segment:
-    """A maximal run of native steps: one entry table, one call."""
+    """A maximal run of native steps: one call of the program driver. Each call of the
+    segment has its dims, or one dims per task when it splits across the worker pool: then
+    the segment is a table of groups (a group's tasks run at once) for ``md_run_tasks``,
+    else one table for ``md_run_program``."""
 
-    def __init__(self, calls: list[tuple[int, list[int], list[int]]]) -> None:
+    def __init__(self, calls: list[tuple[int, list[int], list[list[int]]]], pool: WorkerPool | None) -> None:
         n = len(calls)
         self.count = n
+        self.pool = pool
         self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for _, a, _ in calls]
-        self.dims = [(ctypes.c_int64 * max(1, len(d)))(*d) for _, _, d in calls]
-        self.table = ((ctypes.c_void_p * 3) * max(1, n))()
+        self.dims = [[(ctypes.c_int64 * max(1, len(d)))(*d) for d in dims] for _, _, dims in calls]
+        self.tables = []
         for i, (fn, _, _) in enumerate(calls):
-            self.table[i][0] = fn
-            self.table[i][1] = ctypes.cast(self.args[i], ctypes.c_void_p).value
-            self.table[i][2] = ctypes.cast(self.dims[i], ctypes.c_void_p).value
-        self.address = ctypes.addressof(self.table)
+            table = ((ctypes.c_void_p * 3) * len(self.dims[i]))()
+            for t, dims in enumerate(self.dims[i]):
+                table[t][0] = fn
+                table[t][1] = ctypes.cast(self.args[i], ctypes.c_void_p).value
+                table[t][2] = ctypes.cast(dims, ctypes.c_void_p).value
+            self.tables.append(table)
+        if pool is None:
+            self.table = ((ctypes.c_void_p * 3) * max(1, n))()
+            for i, table in enumerate(self.tables):
+                ctypes.memmove(ctypes.addressof(self.table[i]), ctypes.addressof(table), ctypes.sizeof(table[0]))
+            self.address = ctypes.addressof(self.table)
+        else:
+            self.groups = ((ctypes.c_int64 * 2) * max(1, n))()
+            for i, table in enumerate(self.tables):
+                self.groups[i][0] = ctypes.addressof(table)
+                self.groups[i][1] = len(table)
+            self.address = ctypes.addressof(self.groups)
 
 
 @dataclass
@@ -109,9 +127,11 @@ class _PythonStep:
 class BoundProgram:
     """The executable prepared for one binding: arena, entry tables, Python steps."""
 
-    def __init__(self, exe: Any, symbols: Mapping[str, int]) -> None:
+    def __init__(self, exe: Any, symbols: Mapping[str, int], threads: int = 1) -> None:
         self.exe = exe
         self.symbols = dict(symbols)
+        self.threads = threads
+        self.pool = worker_pool(threads) if threads > 1 else None
         self._build()
 
     # -------------------------------------------------------------------------- building
@@ -184,7 +204,7 @@ class BoundProgram:
         self.base = base + (-base) % ALIGNMENT
         self.offsets = self.plan.offsets
         self.output_storage = [storage[i] for i in exe.output_ids]
-        self.key = tuple(sorted(self.symbols.items()))
+        self.key = (tuple(sorted(self.symbols.items())), self.threads)
         self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
         self._assemble(lowered)
 
@@ -204,9 +224,9 @@ class BoundProgram:
         self.patches: list[tuple[Any, int, int]] = []  # (pointer array, slot, input position or outputs after)
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
-        pending: list[tuple[int, list[int], list[int]]] = []
+        pending: list[tuple[int, list[int], list[list[int]]]] = []
         pending_patches: list[tuple[int, int, str, int]] = []
-        self.native_calls = self.python_steps = 0
+        self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
         self.call_kinds: Counter[str] = Counter()
         for kind, index in self.steps:
@@ -223,14 +243,15 @@ class BoundProgram:
                 pointers: list[int] = []
                 for slot, arg in enumerate(call.args):
                     pointers.append(self._resolve(arg, ins, outs, scratch, len(pending), slot, pending_patches))
-                pending.append((call.address, pointers, list(call.dims)))
+                tasks = call.tasks(self.threads) if call.tasks is not None and self.pool is not None else None
+                pending.append((call.address, pointers, [list(d) for d in tasks] if tasks else [list(call.dims)]))
                 self.native_calls += 1
+                self.parallel_calls += bool(tasks)
                 self.call_kinds[call.what.split(" (")[0]] += 1
         self._flush(pending, pending_patches)
         self._program = PROGRAM(native_function("md_run_program"))
-        program = self._program
         self._work: list[tuple[bool, Any]] = [
-            (True, (program, s.address, s.count)) if isinstance(s, _Segment) else (False, s) for s in self.segments]
+            (True, _driver(self._program, s)) if isinstance(s, _Segment) else (False, s) for s in self.segments]
         self._finish = [(k, st) for k, st in enumerate(self.output_storage) if st.kind != OUTPUT or st.index != k]
         self.output_specs = [(st.shape, st.dtype) for st in self.output_storage]
 
@@ -250,11 +271,11 @@ class BoundProgram:
             return 0
         return address
 
-    def _flush(self, pending: list[tuple[int, list[int], list[int]]],
+    def _flush(self, pending: list[tuple[int, list[int], list[list[int]]]],
                patches: list[tuple[int, int, str, int]]) -> None:
         if not pending:
             return
-        segment = _Segment(pending)
+        segment = _Segment(pending, self.pool)
         self.segments.append(segment)
         for call, slot, kind, position in patches:
             self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position))
@@ -269,7 +290,7 @@ class BoundProgram:
                 array[slot] = addresses[position]
         for native, work in self._work:
             if native:
-                work[0](work[1], work[2])
+                work[0](*work[1])
             else:
                 self._run_python(work, inputs, outputs)
         for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
@@ -309,9 +330,17 @@ class BoundProgram:
         the arena's size next to the lifetime lower bound."""
         binding = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols.items())) or "static shapes"
         segments = sum(isinstance(s, _Segment) for s in self.segments)
-        return (f"native program for {binding}: {len(self.exe.steps)} steps ({self.native_calls} native calls "
+        threads = f", {self.parallel_calls} split over {self.threads} threads" if self.parallel_calls else ""
+        return (f"native program for {binding}: {len(self.exe.steps)} steps ({self.native_calls} native calls{threads} "
                 f"in {segments} segment{'s' if segments != 1 else ''}, {self.python_steps} from Python, "
                 f"{self.views} views);\n  arena {self.plan.peak} bytes (lower bound {self.plan.lower_bound})")
+
+
+def _driver(program: Any, segment: _Segment) -> tuple[Any, tuple[int, ...]]:
+    """The native call that runs a segment, and its arguments."""
+    if segment.pool is None:
+        return program, (segment.address, segment.count)
+    return segment.pool.run_tasks, (segment.pool.address, segment.address, segment.count)
 
 
 def _copy_step(src: _Storage | None, dst: _Storage) -> NativeStep | str:
@@ -331,15 +360,16 @@ class ProgramPool:
 
     def __init__(self, exe: Any) -> None:
         self.exe = exe
-        self._free: OrderedDict[tuple[tuple[str, int], ...], list[BoundProgram]] = OrderedDict()
-        self._refused: dict[tuple[tuple[str, int], ...], str] = {}
+        self._free: OrderedDict[Any, list[BoundProgram]] = OrderedDict()
+        self._refused: dict[Any, str] = {}
         self._lock = threading.Lock()
         self.built = 0
 
     def bound(self, symbols: Mapping[str, int]) -> BoundProgram:
         """A prepared program for ``symbols`` (taken from the pool, or built); raises
         :class:`BackendError` when the graph's shapes depend on values."""
-        key = tuple(sorted(symbols.items()))
+        threads = current_threads() if self.exe.threads is None else self.exe.threads
+        key = (tuple(sorted(symbols.items())), threads)
         free = self._free.get(key)
         if free:
             try:
@@ -350,7 +380,7 @@ class ProgramPool:
         if why is not None:
             raise _Unplannable(why)
         try:
-            program = BoundProgram(self.exe, symbols)
+            program = BoundProgram(self.exe, symbols, threads)
         except _Unplannable as e:
             with self._lock:
                 self._refused[key] = str(e)

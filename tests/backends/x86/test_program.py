@@ -198,3 +198,26 @@ def test_same_structure_other_weights_in_one_process_gets_its_own_weights() -> N
         g = _graph(text)
         np.testing.assert_allclose(md.compile(g, target="x86").run({"x": x})["y"], x @ g.constants[0].const,
                                    rtol=1e-5)
+
+
+def test_generated_kernels_split_across_threads_give_the_one_thread_answer() -> None:
+    from metadef.backends.x86 import X86Backend
+
+    g = _graph("""graph g(%x: f32[n,64,33,35], %y: f32[n,64,33,35]) -> (%z, %s) {
+      %a: f32[n,64,33,35] = Mul(%x, %y) @mul
+      %z: f32[n,64,33,35] = Tanh(%a) @tanh
+      %s: f32[n,64,33,35] = Softmax(%z) {axis=3} @softmax
+      return %z, %s }""")
+    one = X86Backend().compile(g, threads=1, cache=False)
+    two = X86Backend().compile(g, threads=2, cache=False)
+    program = two.programs.bound({"n": 3})
+    two.programs.give_back(program)
+    assert program.parallel_calls >= 2 and program.threads == 2, program.describe()
+    for n in (1, 3, 2):
+        feeds = {"x": RNG.standard_normal((n, 64, 33, 35), dtype=np.float32),
+                 "y": RNG.standard_normal((n, 64, 33, 35), dtype=np.float32)}
+        want = one.run(feeds, {"n": n})
+        for _ in range(20):  # the workers race for tasks: the answer must not depend on who wins
+            got = two.run(feeds, {"n": n})
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
