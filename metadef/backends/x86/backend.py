@@ -49,8 +49,8 @@ from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, ch
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.program import ProgramPool, unplannable
 from metadef.backends.x86.threads import set_threads
-from metadef.cache import PlanMismatch, compile_cached, kernel_key
-from metadef.codegen.kernel import KernelCode, record_kernels, replay_kernels
+from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
+from metadef.codegen.kernel import KernelCode, KernelStore, record_kernels, replay_kernels
 from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
@@ -161,6 +161,8 @@ class X86Executable:
         self._lock = threading.Lock()
         self.const_arrays = {i: np.asarray(data, order="C") for i, data in self.consts}
         self.debug = DEBUG.get()
+        self.kernel_store: Callable[[], KernelStore | None] = lambda: None
+        """Where kernels compiled when a binding is prepared come from (the compile cache's)."""
         self.programs = ProgramPool(self)
         if CODEGEN_READY:  # now, inside the compile cache's store: a run compiles nothing
             routines = {"md_run_program", "md_run_tasks", "md_copy", *(r for s in self.steps for r in needs(s.native))}
@@ -342,10 +344,12 @@ class X86Backend:
             set_threads(threads)
         if not cache:
             return X86Executable(graph, threads)
-        return compile_cached(
+        executable = compile_cached(
             graph, self.name, {"threads": threads},
             lambda: X86Executable(graph, threads, lambda structure: kernel_key(structure).digest),
             replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load), weights=False)
+        executable.kernel_store = lambda: DiskKernelStore(Store())
+        return executable
 
 
 __all__ = ["PlanEntry", "X86Backend", "X86Executable"]

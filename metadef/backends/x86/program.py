@@ -53,6 +53,7 @@ import numpy as np
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
 from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
+from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
 from metadef.core.errors import BackendError, MetadefError
 from metadef.ir import format_node
@@ -380,7 +381,8 @@ class ProgramPool:
         if why is not None:
             raise _Unplannable(why)
         try:
-            program = BoundProgram(self.exe, symbols, threads)
+            with kernel_store(self.exe.kernel_store()):  # a kernel first needed here: from the disk cache
+                program = BoundProgram(self.exe, symbols, threads)
         except _Unplannable as e:
             with self._lock:
                 self._refused[key] = str(e)

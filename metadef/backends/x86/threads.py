@@ -79,13 +79,14 @@ def set_threads(n: int) -> None:
 
 
 def current_threads() -> int:
-    """The thread count native programs bind with (:func:`set_threads`, else OpenBLAS's)."""
-    if _THREADS:
-        return _THREADS[0]
-    try:
-        return max(1, blas_threads())
-    except BackendError:
-        return 1
+    """The thread count native programs bind with (:func:`set_threads`, else OpenBLAS's
+    when this process first asked: read once, it costs a look at the loaded libraries)."""
+    if not _THREADS:
+        try:
+            _THREADS.append(max(1, blas_threads()))
+        except BackendError:
+            _THREADS.append(1)
+    return _THREADS[0]
 
 
 @atexit.register
