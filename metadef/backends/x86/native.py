@@ -246,8 +246,13 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
         >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32)).shape
         (16, 2, 3)
     """
-    u = np.einsum("ai,kcij,bj->abkc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
-    return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]).astype(np.float32))
+    k, c = w.shape[:2]
+    g = WINOGRAD_G.T.astype(np.float32)  # [3, 4]; entries 0, 1, 1/2: float32 keeps them exact
+    filters = np.ascontiguousarray(w, np.float32).reshape(k * c * 3, 3)
+    rows = (filters @ g).reshape(k * c, 3, 4)  # g Gᵀ, per filter
+    both = (rows.transpose(0, 2, 1).reshape(k * c * 4, 3) @ g).reshape(k * c, 4, 4)  # (G (g Gᵀ))ᵀ
+    u = both.transpose(0, 2, 1).reshape(k, c, 16)  # two large products, not k * c small ones
+    return np.ascontiguousarray(u.transpose(2, 0, 1))
 
 
 _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
