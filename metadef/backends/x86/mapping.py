@@ -355,7 +355,8 @@ def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
 native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.ndarray | None]],
                                         Lowering | None]] = {
     "MatMul": lambda node, src, out, consts: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
-    "Gemm": lambda node, src, out, consts: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node)),
+    "Gemm": lambda node, src, out, consts: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node),
+                                                                consts[1] if len(consts) > 1 else None),
     "Conv": lambda node, src, out, consts: native.conv_lowering(
         attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
         consts[1] if len(consts) > 1 else None),
