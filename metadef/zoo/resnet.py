@@ -23,25 +23,33 @@ EXAMPLE_DIMS = ({"batch": 1}, {"batch": 8})
 
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 """(bottleneck width, blocks, stride of the first block) for layer1 .. layer4."""
+DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+"""Blocks per stage of the bottleneck ResNets (the zoo's ``resnet50`` is depth 50)."""
 EXPANSION = 4
 LAST_BN_GAMMA = 0.2
 DOWNSAMPLE_BN_GAMMA = 0.7
 
 
-def build(seed: int) -> onnx.ModelProto:
-    """Build ResNet-50 with weights drawn from `seed`. Example: `model = build(0)`."""
+def build(seed: int, depth: int = 50) -> onnx.ModelProto:
+    """Build ResNet-50 (or 101, 152) with weights drawn from `seed`.
+
+    Example: `model = build(0)`; `build(0, depth=101)` shares every block shape with ResNet-50.
+    """
+    if depth not in DEPTHS:
+        raise ValueError(f"depth must be one of {sorted(DEPTHS)}, got {depth}")
     b = GraphBuilder(seed)
     x = b.input("input", np.float32, ("batch", 3, 224, 224))
     x = _stem(b, x)
     channels = 64
-    for stage, (width, blocks, stride) in enumerate(STAGES, start=1):
+    stages = [(width, blocks, stride) for (width, _, stride), blocks in zip(STAGES, DEPTHS[depth])]
+    for stage, (width, blocks, stride) in enumerate(stages, start=1):
         for index in range(blocks):
             with b.scope(f"layer{stage}", index):
                 x = _bottleneck(b, x, channels, width, stride if index == 0 else 1)
             channels = width * EXPANSION
     classifier(b, x, channels, 1000, head="fc", output_name="logits")
     b.output("logits", np.float32, ("batch", 1000))
-    return b.model("resnet50")
+    return b.model(f"resnet{depth}")
 
 
 def _stem(b: GraphBuilder, x: str) -> str:
