@@ -217,12 +217,9 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     here (see :data:`PRETRANSPOSE_BYTES`)."""
     alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
     trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
-    keep: tuple[Any, ...] = ()
-    b_arg = sources[1]
-    if trans_b and weight is not None and weight.ndim == 2 and weight.dtype == np.float32 \
-            and weight.nbytes <= PRETRANSPOSE_BYTES:
-        transposed = np.ascontiguousarray(weight.T)
-        keep, b_arg, trans_b = (transposed,), Arg("addr", transposed.ctypes.data), False
+    pretranspose = trans_b and weight is not None and weight.ndim == 2 and weight.dtype == np.float32 \
+        and weight.nbytes <= PRETRANSPOSE_BYTES
+    transposed: list[np.ndarray] = []  # made when a binding first needs it, not at compile time
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -233,10 +230,15 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         assert sa is not None and sb is not None
         if len(sa) != 2 or len(sb) != 2:
             return "Gemm operands are not matrices"
-        if keep:
+        keep: tuple[Any, ...] = ()
+        b_arg, b_trans = sources[1], trans_b
+        if pretranspose:
+            if not transposed:
+                transposed.append(np.ascontiguousarray(weight.T))  # type: ignore[union-attr]
+            keep, b_arg, b_trans = (transposed[0],), Arg("addr", transposed[0].ctypes.data), False
             sb = (sb[1], sb[0])  # the shape of the transposed copy
         m, k = (sa[1], sa[0]) if trans_a else sa
-        n = sb[0] if trans_b else sb[1]
+        n = sb[0] if b_trans else sb[1]
         c = inputs[2] if len(inputs) > 2 else None
         bias = None
         if c is not None and beta != 0.0:
@@ -244,7 +246,7 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
             if isinstance(found, str):
                 return found
             bias = found
-        dims = sgemm_dims(1, m, n, k, trans_a=trans_a, trans_b=trans_b, bias=bias, alpha=alpha, beta=beta)
+        dims = sgemm_dims(1, m, n, k, trans_a=trans_a, trans_b=b_trans, bias=bias, alpha=alpha, beta=beta)
         args = (sources[0], b_arg, out, *_blas(), sources[2] if bias is not None else NULL,
                 *_blas("sgemv"))
         return NativeStep((Call(native_function("md_sgemm"), args, dims, "sgemm"),), (), keep)
