@@ -50,6 +50,7 @@ _ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(
 _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
 _EMPTY_ADDRESS = _EMPTY.ctypes.data
 _CACHE: dict[str, Kernel] = {}
+_PLANS: dict[tuple[Any, ...], tuple[list, list]] = {}
 _LOCK = threading.Lock()
 
 
@@ -147,7 +148,17 @@ class Kernel:
         return BackendError(f"kernel {self.name}: {message}")
 
     def _plan(self) -> None:
-        """Precompute the per-call work: how each dim binds or checks, how each slot is computed."""
+        """Precompute the per-call work: how each dim binds or checks, how each slot is computed
+        (shared by the kernels of one code and one shape form: BERT's twelve layers plan once)."""
+        key = (self.symbol, tuple(s.shape for s in [*self.inputs, *self.outputs]))
+        found = _PLANS.get(key)
+        if found is not None:
+            self._axis_plans, self._slot_plans = found
+            return
+        self._plan_anew()
+        _PLANS[key] = (self._axis_plans, self._slot_plans)
+
+    def _plan_anew(self) -> None:
         bound: set[str] = set()
         self._axis_plans = []
         for spec in [*self.inputs, *self.outputs]:

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -199,6 +200,13 @@ def format_shape(shape: Sequence[Dim] | None) -> str:
     """``[batch,3,224,224]``; ``?`` for an unknown rank."""
     if shape is None:
         return "[?]"
+    if isinstance(shape, tuple):
+        return _format_tuple(shape)
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_tuple(shape: tuple[Dim, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
