@@ -221,3 +221,32 @@ def test_generated_kernels_split_across_threads_give_the_one_thread_answer() -> 
             got = two.run(feeds, {"n": n})
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+def test_parallel_programs_from_several_threads_share_the_pool_safely() -> None:
+    from metadef.backends.x86 import X86Backend
+
+    g = _graph("""graph g(%x: f32[n,64,40,40]) -> (%z) {
+      %a: f32[n,64,40,40] = Sigmoid(%x) @sig
+      %z: f32[n,64,40,40] = Mul(%a, %x) @mul
+      return %z }""")
+    exe = X86Backend().compile(g, threads=2, cache=False)
+    feeds = [{"x": RNG.standard_normal((1 + i % 2, 64, 40, 40), dtype=np.float32)} for i in range(4)]
+    want = [f["x"] / (1 + np.exp(-f["x"])) for f in feeds]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for r in range(25):  # one thread holds the pool, the others run their groups alone
+                i = (k + r) % len(feeds)
+                got = exe.run(feeds[i], {"n": feeds[i]["x"].shape[0]})[0]
+                np.testing.assert_allclose(got, want[i], rtol=1e-5, atol=1e-6)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
