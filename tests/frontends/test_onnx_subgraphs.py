@@ -256,5 +256,5 @@ def test_conformance_cases_of_if():
     report = run_cases(op="If")
     by_name = {r.name: r for r in report.results}
     assert by_name["test_if"].status == "pass"
-    for name, needs in (("test_if_seq", "SequenceConstruct"), ("test_if_opt", "Optional")):
+    for name, needs in (("test_if_seq", "a sequence"), ("test_if_opt", "Optional")):
         assert by_name[name].status == "unsupported" and needs in by_name[name].detail

@@ -4,7 +4,9 @@ Every node maps to a meta-op or the import fails, before anything is built, with
 naming each unknown op, its domain, a node that uses it and how to register a meta-op for it.
 Initializers and ``Constant`` nodes become constants; ``dim_param`` names become symbols; a
 dim with neither value nor name gets a fresh symbol. Old-opset forms (attributes that later
-became inputs) are converted by the op's own ``adapt`` hook.
+became inputs) are converted by the op's own ``adapt`` hook; an adapter that takes ``types``
+sees the input types, and may ask for an input to get trailing axes of size 1 (``TrailingAxes``:
+pre-7 broadcasting with an explicit ``axis``), which an ``Unsqueeze`` gives it.
 
 Subgraphs (``If`` branches) read outer values by name; metadef makes that explicit (see
 :mod:`metadef.ops.defs.control`): the names a subgraph reads from enclosing scopes (nested
@@ -45,9 +47,11 @@ from onnx import numpy_helper
 
 from metadef.core.dtypes import from_onnx
 from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
+from metadef.frontends.onnx.sequences import SequenceNode, SequenceValue, sequence_rules
 from metadef.ir import Graph, GraphBuilder, Value
 from metadef.ops import REGISTER_HINT, REGISTRY, MetaOp, get_op
 from metadef.ops.defs.control import CAPTURED, captured_start
+from metadef.ops.defs.elementwise import TrailingAxes
 from metadef.ops.defs.loops import NUM_CAPTURED, body_input_rules
 from metadef.shape import Dim, ShapeEnv, TensorType
 
@@ -140,7 +144,7 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
 
 def _unknown_ops(graph: onnx.GraphProto, missing: dict[tuple[str, str], str]) -> None:
     for i, node in enumerate(graph.node):
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type in ("Constant", *sequence_rules) and node.domain in ("", "ai.onnx"):
             continue
         if REGISTRY.get(node.op_type, node.domain) is None:
             missing.setdefault((node.domain or "ai.onnx", node.op_type), node.name or f"#{i}")
@@ -187,7 +191,7 @@ def import_graph(model: onnx.ModelProto, name: str | None = None) -> Graph:
     for vi in g.output:
         if vi.name not in values or values[vi.name] is None:
             raise FormatError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
-        b.output(values[vi.name])
+        b.output(_tensor(values[vi.name], f"graph output {vi.name!r}"))
     _check_declared([*g.output, *g.value_info], values, "graph")
     b.metadata.update({p.key: p.value for p in model.metadata_props})
     b.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
@@ -226,11 +230,21 @@ def _check_declared(declared: list[onnx.ValueInfoProto], values: dict[str, Value
     """Warn about each declared tensor type that inference contradicts; inference wins."""
     for vi in declared:
         value = values.get(vi.name)
-        if value is None or value.type is None or not vi.type.HasField("tensor_type"):
+        if not isinstance(value, Value) or value.type is None or not vi.type.HasField("tensor_type"):
             continue
         if _disagrees(vi, value.type):
             log.warning("%s value %r is declared %s but inference gives %s; using the inferred "
                         "type", where, vi.name, _declared_text(vi), value.type)
+
+
+def _tensor(value: Value | SequenceValue, where: str) -> Value:
+    """A value that must be a tensor: a sequence reaching here (a graph output, an op that takes
+    tensors, a subgraph's capture) fails with UnsupportedOpError."""
+    if isinstance(value, SequenceValue):
+        raise UnsupportedOpError(f"{where}: a sequence of {len(value)} tensors reaches a place that "
+                                 "takes a tensor; metadef unrolls sequences at import time, and only "
+                                 "sequence ops (SequenceAt, ConcatFromSequence, ...) may read them")
+    return value
 
 
 def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
@@ -239,13 +253,20 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
         values[node.output[0]] = b.const(node.output[0], _constant_array(node, where))
         return
-    op = get_op(node.op_type, node.domain)
     attrs = {a.name: _attr_value(a, where) for a in node.attribute if a.type not in _GRAPH_KINDS}
     try:
-        inputs = [values[n] for n in node.input]
+        read = [values[n] for n in node.input]
     except KeyError as e:
         raise FormatError(f"{where} reads {e.args[0]!r}, which no earlier node, input or "
                           "initializer defines (is the graph topologically sorted?)") from None
+    if node.op_type in sequence_rules and node.domain in ("", "ai.onnx"):
+        seq_node = SequenceNode(b, read, attrs, node.name or f"{node.op_type}_{index}", where)
+        for n, v in zip(node.output, sequence_rules[node.op_type](seq_node)):
+            # a tensor result (an item picked, a Concat) takes the node's output name
+            values[n] = v if isinstance(v, SequenceValue) or not n else b.node("Identity", [v], outputs=[n])[0]
+        return
+    op = get_op(node.op_type, node.domain)
+    inputs = [None if v is None else _tensor(v, where) for v in read]
     while inputs and inputs[-1] is None:
         inputs.pop()
     if _subgraphs(node):
@@ -260,13 +281,19 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     if op.adapt is not None:
         version = opset.get("" if node.domain in ("", "ai.onnx") else node.domain, 21)
         n_outputs = len([o for o in node.output])
-        attrs, extra = (op.adapt(version, attrs, len(inputs), n_outputs) if _takes_outputs(op.adapt)
-                        else op.adapt(version, attrs, len(inputs)))
+        args = (version, attrs, len(inputs), n_outputs) if _takes_outputs(op.adapt) else (version, attrs, len(inputs))
+        kwargs = {"types": [None if v is None else v.type for v in inputs]} if _takes_types(op.adapt) else {}
+        attrs, extra = op.adapt(*args, **kwargs)
         for idx, data in sorted(extra.items()):
+            label = f"{node.name or node.op_type}_{op.inputs[min(idx, len(op.inputs) - 1)].name}"
+            if isinstance(data, TrailingAxes):  # an old-opset broadcast: align the input
+                rank = inputs[idx].type.rank
+                axes = b.const(f"{label}_axes", np.arange(rank, rank + data.count, dtype=np.int64))
+                inputs[idx] = b.node("Unsqueeze", [inputs[idx], axes], name=f"{label}_aligned")[0]
+                continue
             while len(inputs) < idx:
                 inputs.append(None)
-            const = b.const(f"{node.name or node.op_type}_{op.inputs[min(idx, len(op.inputs) - 1)].name}",
-                            np.asarray(data))
+            const = b.const(label, np.asarray(data))
             if idx < len(inputs):
                 inputs[idx] = const
             else:
@@ -329,7 +356,7 @@ def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: 
         if values.get(n) is None:
             raise FormatError(f"{where}: a subgraph reads {n!r}, which neither the subgraph nor "
                               "any enclosing graph defines before this node")
-        captured.append(values[n])
+        captured.append(_tensor(values[n], f"{where}: captured value {n!r}"))
     own = [None if values.get(n) is None else values[n].type for n in node.input]
     rule = body_input_rules.get(op.name) if not op.domain else None
     plain = {a.name: _attr_value(a, where) for a in node.attribute if a.type not in _GRAPH_KINDS}
@@ -358,7 +385,7 @@ def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captur
     for vi in graph.output:
         if values.get(vi.name) is None:
             raise FormatError(f"{where}: output {vi.name!r} is not produced by any node, input or initializer")
-        b.output(values[vi.name])
+        b.output(_tensor(values[vi.name], f"{where}: output {vi.name!r}"))
     _check_declared([*graph.output, *graph.value_info], values, where)
     return b.build()
 
@@ -366,7 +393,14 @@ def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captur
 @functools.cache
 def _takes_outputs(adapt: Any) -> bool:
     """Whether an op's adapter takes the node's output count (Split before opset 18 needs it)."""
-    return len(inspect.signature(adapt).parameters) >= 4
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in positional for p in inspect.signature(adapt).parameters.values()) >= 4
+
+
+@functools.cache
+def _takes_types(adapt: Any) -> bool:
+    """Whether an op's adapter takes the input types (legacy broadcasting with an ``axis``)."""
+    return "types" in inspect.signature(adapt).parameters
 
 
 def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: str | None = None) -> Graph:
