@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from metadef.core.errors import UnsupportedOpError
-from metadef.ops.defs.elementwise import Shapes, legacy_attrs, unary
+from metadef.ops.defs.elementwise import Shapes, TrailingAxes, legacy_attrs, unary
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import float_, int_, string
 from metadef.ops.metaop import BROADCAST_ALL, SAME_AS_FIRST, metaop
 from metadef.ops.strategy import Role
+from metadef.shape import TensorType
 
 # --- pointwise --------------------------------------------------------------------------
 
@@ -78,11 +79,25 @@ Gelu = metaop(
     role=Role.ELEMENTWISE, since=(20,),
 )
 
+def _prelu_adapt(opset: int, attrs: dict[str, Any], n_inputs: int, *,
+                 types: Sequence[TensorType | None] = (),
+                 ) -> tuple[dict[str, Any], dict[int, np.ndarray | TrailingAxes]]:
+    """Before opset 7 a slope of C values (not 1) is per channel, axis 1 of X (as PyTorch and
+    Caffe2 exported it, and as onnx's reference runtime reads it); from 7 on it broadcasts like
+    numpy. The old form gets trailing axes of size 1, so that both read the same."""
+    attrs, extra = legacy_attrs(opset, attrs, n_inputs, types=types)
+    x, slope = (list(types) + [None, None])[:2]
+    if (opset < 7 and x is not None and slope is not None and x.rank is not None and x.rank > 2
+            and slope.rank == 1 and slope.shape[0] != 1):
+        extra[1] = TrailingAxes(x.rank - 2)
+    return attrs, extra
+
+
 PRelu = metaop(
     "PRelu", inputs=("X", "slope"), outputs=("Y",),
     types="T in {float, int32, int64, uint32, uint64}", rule=BROADCAST_ALL,
     semantics="Y[...] = where(X[...] < 0, slope[...] * X[...], X[...])",
-    role=Role.BROADCAST, since=(1, 6, 7, 9, 16), adapt=legacy_attrs,
+    role=Role.BROADCAST, since=(1, 6, 7, 9, 16), adapt=_prelu_adapt,
 )
 
 # --- Clip -------------------------------------------------------------------------------

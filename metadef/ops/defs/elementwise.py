@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
@@ -35,29 +36,63 @@ Shapes = Sequence[Sequence[Dim] | None]
 # --- old-opset forms --------------------------------------------------------------------
 
 
-def legacy_attrs(opset: int, attrs: dict[str, Any], n_inputs: int,
-                 ) -> tuple[dict[str, Any], dict[int, np.ndarray]]:
+@dataclass(frozen=True)
+class TrailingAxes:
+    """An adapter's request for an input: append ``count`` axes of size 1 (the importer adds an
+    ``Unsqueeze``), so that numpy broadcasting aligns the input where an old opset's explicit
+    ``axis`` put it.
+
+    Example:
+        >>> TrailingAxes(2)
+        TrailingAxes(count=2)
+    """
+
+    count: int
+
+
+def legacy_attrs(opset: int, attrs: dict[str, Any], n_inputs: int, *,
+                 types: Sequence[TensorType | None] = (),
+                 ) -> tuple[dict[str, Any], dict[int, np.ndarray | TrailingAxes]]:
     """Adapter for ops that had opset-1 bookkeeping and pre-7 explicit broadcasting.
 
     ``consumed_inputs`` (opset < 6) never changed numerics: dropped. ``broadcast`` (opset < 7)
-    is implied by numpy broadcasting; an explicit ``axis`` aligns B at a position only the
-    shapes could tell, so it is rejected by name.
+    is implied by numpy broadcasting. An explicit ``axis`` matches B's shape against A's dims
+    from ``axis`` on: B gets as many trailing axes of size 1 as A has after that match, which
+    the input ``types`` (A's and B's ranks) tell; without them the node is rejected by name.
 
     Example:
         >>> legacy_attrs(1, {"consumed_inputs": (0,), "broadcast": 1}, 2)
         ({}, {})
+        >>> from metadef.shape import parse_type
+        >>> legacy_attrs(6, {"broadcast": 1, "axis": 1}, 2,
+        ...              types=[parse_type("f32[2,3,4,5]"), parse_type("f32[3]")])
+        ({}, {1: TrailingAxes(count=2)})
     """
     out = dict(attrs)
     if opset < 6:
         out.pop("consumed_inputs", None)
-    if opset < 7:
-        out.pop("broadcast", None)
-        if "axis" in out:
-            raise UnsupportedOpError(
-                f"the opset-{opset} attribute 'axis' of legacy broadcasting (axis="
-                f"{out['axis']}) is not supported: re-export the model with opset >= 7, "
-                "where broadcasting follows numpy")
-    return out, {}
+    if opset >= 7 or "axis" not in out:
+        if opset < 7:
+            out.pop("broadcast", None)
+        return out, {}
+    axis = out.pop("axis")
+    broadcast = out.pop("broadcast", 0)
+    ranks = [t.rank if t is not None and t.shape is not None else None for t in types[:2]]
+    if not broadcast:
+        return out, {}  # axis only matters with broadcast=1: the shapes are equal
+    if len(ranks) < 2 or None in ranks:
+        raise UnsupportedOpError(
+            f"the opset-{opset} attribute 'axis' of legacy broadcasting (axis={axis}) needs the "
+            "ranks of both inputs, which are not known here: re-export the model with opset >= 7, "
+            "where broadcasting follows numpy")
+    rank_a, rank_b = ranks
+    start = axis + rank_a if axis < 0 else axis
+    count = rank_a - start - rank_b
+    if count < 0 or start < 0:
+        raise UnsupportedOpError(
+            f"legacy broadcasting (opset {opset}) with axis={axis}: B of rank {rank_b} does not fit "
+            f"in A of rank {rank_a} from axis {axis} on")
+    return out, ({1: TrailingAxes(count)} if count else {})
 
 
 def broadcast_rule(ctx: InferContext) -> list[Any]:

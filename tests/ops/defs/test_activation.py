@@ -99,6 +99,15 @@ def test_prelu_broadcasts_slope_like_ort(opset: int) -> None:
     check_ort(one_node("PRelu", {"x": x}, {"slope": slope}, opset=opset), {"x": x})
 
 
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4), (2, 3, 4, 5)])
+def test_opset6_prelu_slope_of_c_values_is_per_channel(shape: tuple[int, ...]) -> None:
+    x = RNG.normal(size=shape).astype(np.float32)
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    (y,) = run_metadef(one_node("PRelu", {"x": x}, {"slope": slope}, opset=6), {"x": x})
+    per_channel = slope.reshape(3, *[1] * (len(shape) - 2))
+    np.testing.assert_allclose(y, np.where(x < 0, per_channel * x, x), rtol=1e-6)
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("axis", [None, 0, 1, -1, -2])

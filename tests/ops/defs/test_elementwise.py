@@ -238,10 +238,19 @@ def test_opset6_broadcast_attr_is_numpy_broadcasting() -> None:
     np.testing.assert_allclose(run_metadef(model, {"a": a})[0], a * b)
 
 
-def test_opset6_broadcast_axis_is_refused_by_name() -> None:
-    a, b = np.zeros((2, 3), np.float32), np.zeros((2,), np.float32)
-    with pytest.raises(UnsupportedOpError, match="'axis' of legacy broadcasting"):
-        md.import_onnx(one_node("Sub", {"a": a, "b": b}, opset=6, broadcast=1, axis=0))
+def test_opset6_broadcast_axis_aligns_b_at_that_axis() -> None:
+    a, b = RNG.normal(size=(2, 3, 4, 5)).astype(np.float32), RNG.normal(size=(3, 4)).astype(np.float32)
+    model = one_node("Sub", {"a": a, "b": b}, opset=6, broadcast=1, axis=1)
+    np.testing.assert_allclose(run_metadef(model, {"a": a, "b": b})[0], a - b[:, :, None])
+    m, c = a[0, 0, :2, :3].copy(), RNG.normal(size=(2,)).astype(np.float32)  # axis=0: c is a column
+    model = one_node("Add", {"m": m}, {"c": c}, opset=6, broadcast=1, axis=0)
+    np.testing.assert_allclose(run_metadef(model, {"m": m})[0], m + c[:, None])
+
+
+def test_opset6_broadcast_axis_that_does_not_fit_is_refused_by_name() -> None:
+    a, b = np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    with pytest.raises(UnsupportedOpError, match=r"legacy broadcasting .* with axis=1"):
+        md.import_onnx(one_node("Sub", {"a": a, "b": b}, opset=6, broadcast=1, axis=1))
 
 
 def test_opset1_cast_names_its_target() -> None:
