@@ -32,6 +32,7 @@ from metadef.passes import LEVELS
 from metadef.passes.fuse_groups import group_summary
 from metadef.rewrite import DecisionLog
 from metadef.testing.conformance import format_report, run_cases
+from metadef.testing.model_suites import SUITES, run_suite
 from metadef.testing.opdocs import write_ops_doc
 from metadef.testing.oracle import compare_with_onnxruntime
 
@@ -342,16 +343,27 @@ def _demo_model(name: str, targets: list[str]) -> int:
 
 @main.command()
 @click.option("--op", "ops", multiple=True, help="only this op's cases (repeatable)")
+@click.option("--suite", "suites", multiple=True, type=click.Choice([*SUITES, "all"]),
+              help="run this ONNX model suite instead of the node tests (repeatable; all: every suite)")
 @click.option("-k", "pattern", help="only cases whose name matches this regex")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--target", default="reference", show_default=True,
               help="the backend to compile each case for (x86: fallbacks to reference kernels are counted)")
-def conformance(ops: tuple[str, ...], pattern: str | None, as_json: bool, target: str) -> None:
-    """Run the ONNX backend node tests through import and a backend (the reference by default).
+def conformance(ops: tuple[str, ...], suites: tuple[str, ...], pattern: str | None, as_json: bool,
+                target: str) -> None:
+    """Run the ONNX backend node tests through import and a backend (the reference by default),
+    or, with --suite, the ONNX model suites (simple, pytorch-converted, pytorch-operator, light).
 
     Example: metadef conformance --op Conv --target x86
+
+    Example: metadef conformance --suite all --target x86
     """
-    report = run_cases(list(ops) or None, pattern, target=target)
+    if suites and ops:
+        raise click.UsageError("--op selects node tests and --suite model suites: give one of them")
+    if suites:
+        report = run_suite(SUITES if "all" in suites else suites, target=target, pattern=pattern)
+    else:
+        report = run_cases(list(ops) or None, pattern, target=target)
     if as_json:
         click.echo(json.dumps({"target": target, "totals": report.totals(), "by_op": report.by_op(),
                                "fallbacks": dict(report.fallbacks()),

@@ -21,8 +21,8 @@ import logging
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,28 +138,68 @@ def run_case(case: Any, target: str = "reference") -> CaseResult:
     op = case_op(case)
     if case.name in KNOWN_FAILURES:
         return CaseResult(case.name, op, "known", KNOWN_FAILURES[case.name])
+    return check_model(case.name, op, case.model, case.data_sets,
+                       rtol=case.rtol, atol=case.atol, target=target)
+
+
+DataSet = tuple[list[Any], list[Any]]
+"""One run of a case: its input values and its expected outputs, in graph order."""
+
+
+def check_model(name: str, op: str, model: onnx.ModelProto, data_sets: Iterable[DataSet], *,
+                rtol: float, atol: float, target: str = "reference") -> CaseResult:
+    """The path every case takes, node test or model suite: import ``model``, compile it for
+    ``target``, run each data set and compare every output within ``rtol`` / ``atol``.
+
+    A typed ``UnsupportedOpError`` or ``DTypeError`` makes the case ``unsupported``; any other
+    error, or a wrong number, makes it ``fail``. ``op`` is what the report groups it under.
+
+    Example:
+        >>> import numpy as np
+        >>> from metadef.testing.onnx_cases import one_node_model
+        >>> x = np.array([-1.0, 2.0], np.float32)
+        >>> r = check_model("relu", "Relu", one_node_model("Relu", {"x": x}),
+        ...                 [([x], [np.maximum(x, 0)])], rtol=1e-6, atol=0.0)
+        >>> r.status
+        'pass'
+    """
     fallbacks: tuple[str, ...] = ()
     try:
-        graph = md.import_onnx(case.model)
+        graph = md.import_onnx(model)
         sess = md.compile(graph, target=target)
         fallbacks = tuple(f"{p.op}: {p.reason}"[:160] for p in getattr(sess.executable, "fallbacks", []))
-        for inputs, outputs in case.data_sets:
+        for inputs, outputs in data_sets:
             inputs, outputs = _arrays(inputs), _arrays(outputs)
             if any(not isinstance(x, (np.ndarray, np.generic)) for x in [*inputs, *outputs]):
-                return CaseResult(case.name, op, "unsupported", "sequence or optional values")
+                return CaseResult(name, op, "unsupported", "sequence or optional values")
             feeds = {spec.name: np.asarray(x) for spec, x in zip(sess.inputs, inputs)}
             got = sess.run(feeds)
             for spec, want in zip(sess.outputs, map(np.asarray, outputs)):
-                why = _compare(np.asarray(got[spec.name]), want, case.rtol, case.atol)
+                why = _compare(np.asarray(got[spec.name]), want, rtol, atol)
                 if why is not None:
-                    return CaseResult(case.name, op, "fail", f"output {spec.name}: {why}", fallbacks)
+                    return CaseResult(name, op, "fail", f"output {spec.name}: {why}", fallbacks)
     except (UnsupportedOpError, DTypeError) as e:
-        return CaseResult(case.name, op, "unsupported", f"{type(e).__name__}: {e}"[:300])
+        return CaseResult(name, op, "unsupported", f"{type(e).__name__}: {e}"[:300])
     except MetadefError as e:
-        return CaseResult(case.name, op, "fail", f"{type(e).__name__}: {e}"[:300], fallbacks)
+        return CaseResult(name, op, "fail", f"{type(e).__name__}: {e}"[:300], fallbacks)
     except Exception as e:  # a bug in metadef: report it as a failure, keep going
-        return CaseResult(case.name, op, "fail", f"crash {type(e).__name__}: {e}"[:300], fallbacks)
-    return CaseResult(case.name, op, "pass", "", fallbacks)
+        return CaseResult(name, op, "fail", f"crash {type(e).__name__}: {e}"[:300], fallbacks)
+    return CaseResult(name, op, "pass", "", fallbacks)
+
+
+@contextmanager
+def quiet_cases() -> Iterator[None]:
+    """Silence what test cases provoke on purpose: warnings, and the shape log's warnings
+    (node tests slice past dims, model suites declare shapes loosely)."""
+    shape_log = logging.getLogger("metadef.shape")
+    level = shape_log.level
+    shape_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        shape_log.setLevel(level)
 
 
 def run_cases(op: str | Iterable[str] | None = None, pattern: str | None = None,
@@ -170,16 +210,11 @@ def run_cases(op: str | Iterable[str] | None = None, pattern: str | None = None,
     cases = [c for c in all_cases()
              if (ops is None or case_op(c) in ops) and (pattern is None or re.search(pattern, c.name))]
     report = Report()
-    shape_log = logging.getLogger("metadef.shape")
-    level = shape_log.level
-    shape_log.setLevel(logging.ERROR)  # node tests slice past dims on purpose: no warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_cases():
         for i, case in enumerate(cases):
             report.results.append(run_case(case, target))
             if progress is not None:
                 progress(i + 1, len(cases))
-    shape_log.setLevel(level)
     return report
 
 

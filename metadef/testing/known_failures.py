@@ -28,3 +28,32 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": _E8M0,
     "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": _E8M0,
 }
+
+# --- the ONNX model suites (metadef.testing.model_suites) ---------------------------------
+
+_GRADIENT = ("the Gradient op of domain ai.onnx.preview.training differentiates the graph at run "
+             "time; metadef compiles inference graphs and has no autodiff")
+_STRING_NORMALIZER = ("StringNormalizer reads and writes string tensors: metadef compiles numeric "
+                      "graphs (normalize text outside the model)")
+
+MODEL_KNOWN_FAILURES: dict[str, str] = {
+    "test_gradient_of_add": _GRADIENT,
+    "test_gradient_of_add_and_mul": _GRADIENT,
+    **{f"test_strnorm_model_{case}": _STRING_NORMALIZER for case in (
+        "monday_casesensintive_lower", "monday_casesensintive_nochangecase",
+        "monday_casesensintive_upper", "monday_empty_output", "monday_insensintive_upper_twodim",
+        "nostopwords_nochangecase")},
+}
+"""Cases of the ONNX model suites that metadef is known not to pass, by case name (the names are
+unique across the suites); the model-suite tests require every other case to pass."""
+
+_ULP_SOFTMAX = ("the light SqueezeNet (constant weights) ends in GlobalAveragePool -> Softmax on logits "
+                "of ~9.5e9, where one float32 ulp is 1024: the x86 GlobalAveragePool kernel sums 32 of "
+                "the 1000 channels in another order and rounds them one ulp higher (well within rtol), "
+                "and Softmax turns that ulp into 1/32 against 0 for those classes; the reference backend "
+                "and ONNX Runtime round every channel alike and match the stored output")
+
+MODEL_KNOWN_FAILURES_ON_TARGET: dict[str, dict[str, str]] = {
+    "x86": {"test_squeezenet": _ULP_SOFTMAX},
+}
+"""Model-suite cases known not to pass on one compiled target only (they pass on the reference)."""
