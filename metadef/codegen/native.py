@@ -62,6 +62,10 @@ WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias")
 ``u`` the transformed weights ``[16, K, C]`` and a workspace of :func:`winograd_workspace`
 floats."""
 
+IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "task", "tasks")
+"""The dims of ``md_im2col_task``: args are ``[x, col]``; task ``task`` of ``tasks`` fills the
+rows of its share of the channels (one image, one group)."""
+
 PAD2D_DIMS = ("planes", "h", "w", "pt", "pl", "hp", "wp")
 """The dims of ``md_pad2d``: args are ``[x, padded]``."""
 
@@ -272,6 +276,21 @@ def _im2col(module: ir.Module) -> ir.Function:
     _loop(b, I64(0), d["cg"], channel)
     b.ret_void()
     return fn
+
+
+def _im2col_task(module: ir.Module) -> None:
+    """``md_im2col_task``: the im2col of one image, channels ``[c*t/T, c*(t+1)/T)`` (so that the
+    tasks of a parallel group fill disjoint rows of the columns)."""
+    im2col = _im2col(module)
+    b, args, dims = _define(module, "md_im2col_task")
+    x, col = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(IM2COL_DIMS)}
+    first = b.sdiv(b.mul(d["c"], d["task"]), d["tasks"])
+    last = b.sdiv(b.mul(d["c"], b.add(d["task"], I64(1))), d["tasks"])
+    rows = b.mul(first, b.mul(b.mul(d["kh"], d["kw"]), b.mul(d["oh"], d["ow"])))
+    b.call(im2col, [_elem(b, x, b.mul(first, b.mul(d["h"], d["w"]))), _elem(b, col, rows), b.sub(last, first),
+                    *(d[k] for k in ("h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"))])
+    b.ret_void()
 
 
 def _conv2d(module: ir.Module, im2col: ir.Function) -> None:
@@ -680,6 +699,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy": _copy,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
+    "md_im2col_task": _im2col_task,
     "md_winograd3x3": _winograd,
     "md_pad2d": _pad2d,
     "md_run_tasks": _pool_module,
@@ -752,6 +772,6 @@ def _build(name: str) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV2D_DIMS", "ENTRY", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM",
-           "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function", "native_functions", "native_module",
+__all__ = ["CONV2D_DIMS", "ENTRY", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS",
+           "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function", "native_functions", "native_module",
            "winograd_workspace"]

@@ -40,6 +40,7 @@ from metadef.cache import Store, kernel_key, shape_key
 from metadef.codegen.native import (
     CONV2D_DIMS,
     ENTRY,
+    IM2COL_DIMS,
     PAD2D_DIMS,
     SGEMM_DIMS,
     native_function,
@@ -364,6 +365,8 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                 return step
         direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
         workspace = 0 if direct else (c // group) * taps * oh * ow * 4
+        if n == 1 and group == 1 and not direct and SPLIT_IM2COL:
+            return _im2col_then_sgemm(sx, sw, kernel, win, begin, (oh, ow), sources, bias, out)
         values = {"n": n, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
                   "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
                   "pt": begin[0], "pl": begin[1], "group": group, "has_bias": int(has_bias)}
@@ -373,13 +376,43 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                     "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
         return NativeStep((call,), (workspace,) if workspace else ())
 
-    routines = ["md_conv2d"]
+    routines = ["md_conv2d", "md_im2col_task", "md_sgemm"]
     strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
     if group > 1:
         routines.append("md_pad2d")
     elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         routines.append("md_winograd3x3")
     return needing(lower, *routines)
+
+
+SPLIT_IM2COL = True
+"""One image's im2col runs as its own call, split over the channels across threads."""
+
+
+def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
+                       out_hw: tuple[int, int], sources: Sequence[Arg], bias: Arg, out: Arg) -> NativeStep:
+    """One image: its im2col as its own call, which splits over the channels across threads,
+    then one sgemm with the bias broadcast along each output channel's row."""
+    _, c, h, w = sx
+    k = sw[0]
+    oh, ow = out_hw
+    taps, pixels = kernel[0] * kernel[1], oh * ow
+    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
+              "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
+              "pt": begin[0], "pl": begin[1], "task": 0, "tasks": 1}
+
+    def tasks(n: int) -> list[tuple[int, ...]] | None:
+        if n < 2 or c < n or c * taps * pixels < PARALLEL_ELEMENTS:
+            return None
+        return [tuple({**values, "task": t, "tasks": n}[d] for d in IM2COL_DIMS) for t in range(n)]
+
+    cols = Arg("scratch", 0)
+    im2col = Call(native_function("md_im2col_task"), (sources[0], cols), tuple(values[d] for d in IM2COL_DIMS),
+                  "conv2d im2col", tasks)
+    dims = sgemm_dims(1, k, pixels, c * taps, bias=(1, 0) if bias is not NULL else None)
+    gemm = Call(native_function("md_sgemm"), (sources[1], cols, out, *_blas(), bias, *_blas("sgemv")), dims,
+                "conv2d sgemm")
+    return NativeStep((im2col, gemm), (c * taps * pixels * 4,))
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
