@@ -314,7 +314,7 @@ def _demo_model(name: str, targets: list[str]) -> int:
     for v in graph.outputs:
         console.print(f"  output {v.name}: {v.type}", markup=False)
     table = Table("target", "dims", "output", "|err| vs ORT", "vs exact: ours / ORT",
-                  "metadef ms (run)", "ORT ms (session + run)", "match")
+                  "metadef ms (first run)", "ORT ms (session + run)", "match")
     failed = 0
     for target in targets:
         runnable = graph
