@@ -266,12 +266,11 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
         (16, 2, 3)
     """
     k, c = w.shape[:2]
-    g = WINOGRAD_G.T.astype(np.float32)  # [3, 4]; entries 0, 1, 1/2: float32 keeps them exact
-    filters = np.ascontiguousarray(w, np.float32).reshape(k * c * 3, 3)
-    rows = (filters @ g).reshape(k * c, 3, 4)  # g Gᵀ, per filter
-    both = (rows.transpose(0, 2, 1).reshape(k * c * 4, 3) @ g).reshape(k * c, 4, 4)  # (G (g Gᵀ))ᵀ
-    u = both.transpose(0, 2, 1).reshape(k, c, 16)  # two large products, not k * c small ones
-    return np.ascontiguousarray(u.transpose(2, 0, 1))
+    # U[a*4+b, k, c] = sum_ij G[a,i] G[b,j] g[k,c,i,j]: one product with kron(G, G), written
+    # straight in its final layout (no transposed copies of the weights)
+    both = np.kron(WINOGRAD_G, WINOGRAD_G).astype(np.float32)  # [16, 9]
+    filters = np.ascontiguousarray(w, np.float32).reshape(k * c, 9)
+    return np.matmul(both, filters.T).reshape(16, k, c)
 
 
 _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
