@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -54,6 +55,24 @@ def _graph(text: str) -> md.Graph:
 def cnn() -> tuple[md.Graph, Session]:
     g = _graph(CNN)
     return g, md.compile(g, target="x86")
+
+
+def _in_threads(work: Callable[[int], None], count: int) -> None:
+    """Run ``work(k)`` for k < count in as many threads at once; re-raise the first failure."""
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
 
 
 def _reference(g: md.Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -105,22 +124,13 @@ def test_runs_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) 
     g, sess = cnn
     inputs = [{"x": RNG.standard_normal((1 + i % 3, 3, 10, 10), dtype=np.float32)} for i in range(8)]
     want = [_reference(g, f)["p"] for f in inputs]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for _ in range(20):
-                i = (k + _) % len(inputs)
-                np.testing.assert_allclose(sess.run(inputs[i])["p"], want[i], rtol=1e-4, atol=1e-6)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        for r in range(20):
+            i = (k + r) % len(inputs)
+            np.testing.assert_allclose(sess.run(inputs[i])["p"], want[i], rtol=1e-4, atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    _in_threads(work, 4)
 
 
 def test_bad_inputs_get_clear_errors(cnn: tuple[md.Graph, Session]) -> None:
@@ -233,20 +243,11 @@ def test_parallel_programs_from_several_threads_share_the_pool_safely() -> None:
     exe = X86Backend().compile(g, threads=2, cache=False)
     feeds = [{"x": RNG.standard_normal((1 + i % 2, 64, 40, 40), dtype=np.float32)} for i in range(4)]
     want = [f["x"] / (1 + np.exp(-f["x"])) for f in feeds]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for r in range(25):  # one thread holds the pool, the others run their groups alone
-                i = (k + r) % len(feeds)
-                got = exe.run(feeds[i], {"n": feeds[i]["x"].shape[0]})[0]
-                np.testing.assert_allclose(got, want[i], rtol=1e-5, atol=1e-6)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        for r in range(25):  # one thread holds the pool, the others run their groups alone
+            i = (k + r) % len(feeds)
+            got = exe.run(feeds[i], {"n": feeds[i]["x"].shape[0]})[0]
+            np.testing.assert_allclose(got, want[i], rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    _in_threads(work, 3)
