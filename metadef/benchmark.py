@@ -20,7 +20,7 @@ pollutes the figures:
 
 The machines are shared, so the timed runs also measure the CPU time that *other* processes
 used meanwhile (``/proc/stat`` less this process's own, as ``metadef bench`` does): above
-:data:`~metadef.benchmark.FOREIGN_LOAD_LIMIT` cores on average, the runs are measured once more,
+:data:`~metadef.testing.cpu_meter.FOREIGN_LOAD_LIMIT` cores on average, the runs are measured once more,
 the less loaded attempt is kept, and ``Metrics.warnings`` says so. ``trace_level=1`` adds the
 time per op type, ``trace_level=2`` also the time per step (``group_ms``: each fused group or
 node by name), from the executable's step-by-step path with each step's kernel timed.
@@ -58,58 +58,13 @@ from metadef.convert import convert
 from metadef.core.errors import InputError, MetadefError
 from metadef.runtime.session import IOSpec, Session
 from metadef.shape import ShapeEnv, bind_shape, evaluate_shape, free_symbols
-
-FOREIGN_LOAD_LIMIT = 0.25  # other processes' CPU, in cores on average, above which we re-measure
-MAX_REPEATS = 2  # re-measurements of one configuration under foreign load, at most
-MIN_WINDOW_S = 0.25  # /proc/stat counts in 10 ms ticks: a shorter window says nothing of load
-DEFAULT_SEQ = 128  # the value given to symbolic dims other than the batch (BERT's seq)
-
-
-
-# ------------------------------------------------------------------------------ CPU meter
-
-
-@dataclass(frozen=True)
-class CpuSample:
-    """CPU seconds used so far: by the whole machine (busy, all cores) and by this process."""
-
-    machine_s: float
-    process_s: float
-
-
-def cpu_sample() -> CpuSample:
-    """Read ``/proc/stat`` (busy time of all CPUs) and ``/proc/self/stat`` (our own).
-
-    Example:
-        >>> s = cpu_sample()
-        >>> s.machine_s >= s.process_s >= 0.0
-        True
-    """
-    tick = os.sysconf("SC_CLK_TCK")
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-        with open("/proc/self/stat") as f:
-            own = f.read().rsplit(")", 1)[1].split()
-    except OSError:  # not Linux: no foreign-load figure, only our own CPU time
-        t = os.times()
-        return CpuSample(t.user + t.system, t.user + t.system)
-    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # less idle, iowait
-    if len(fields) > 8:
-        busy -= sum(fields[8:10])  # guest time is already counted in user time
-    return CpuSample(busy / tick, (int(own[11]) + int(own[12])) / tick)  # utime, stime
-
-
-def foreign_cpu_s(before: CpuSample, after: CpuSample) -> float:
-    """CPU seconds other processes used between two samples (never negative)."""
-    return max(0.0, (after.machine_s - before.machine_s) - (after.process_s - before.process_s))
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far, in MB (``getrusage``; KiB on Linux)."""
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib / 1024 if sys.platform != "darwin" else kib / 2**20
-
+from metadef.testing.cpu_meter import (
+    DEFAULT_SEQ,
+    FOREIGN_LOAD_LIMIT,
+    MIN_WINDOW_S,
+    cpu_sample,
+    foreign_cpu_s,
+)
 
 DEVICES = {"cpu": "x86"}
 """Benchmark device -> the backend that runs on it."""
@@ -395,7 +350,7 @@ def example_inputs(inputs: Sequence[IOSpec], *, batch: int = 1, dims: Mapping[st
     A zoo model (``zoo_name``, its inputs matching by name and dtype) gets the zoo's example
     inputs (valid token ids for BERT). Otherwise the symbol ``batch`` (or, without one, the
     leading dim of the first input) is ``batch``; other symbols take ``dims``, else
-    :data:`~metadef.benchmark.DEFAULT_SEQ` (raised to the symbol's minimum and rounded up to
+    :data:`~metadef.testing.cpu_meter.DEFAULT_SEQ` (raised to the symbol's minimum and rounded up to
     its multiple, at most its maximum); float inputs are random normal, the others zeros.
 
     Example:

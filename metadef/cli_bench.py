@@ -36,7 +36,8 @@ from rich.table import Table
 
 import metadef as md
 from metadef.backends.x86.threads import set_threads
-from metadef.benchmark import (
+from metadef.core.errors import InputError
+from metadef.testing.cpu_meter import (
     DEFAULT_SEQ,
     FOREIGN_LOAD_LIMIT,
     MAX_REPEATS,
@@ -46,7 +47,6 @@ from metadef.benchmark import (
     foreign_cpu_s,
     peak_rss_mb,
 )
-from metadef.core.errors import InputError
 
 console = Console(width=None if sys.stdout.isatty() else 120)
 

@@ -23,7 +23,8 @@ import ctypes
 import threading
 
 from metadef.backends.x86.contractions import blas_threads, set_blas_threads
-from metadef.codegen.native import POOL, POOL_WORDS, SPIN, native_function
+from metadef.codegen.native import POOL, POOL_WORDS, native_function
+from metadef.codegen.native_pool import SPIN
 from metadef.core.errors import BackendError
 
 _LOCK = threading.Lock()
