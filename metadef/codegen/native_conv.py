@@ -43,8 +43,9 @@ IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "p
 """The dims of ``md_im2col_task``: args are ``[x, col]``; task ``task`` of ``tasks`` fills the
 rows of its share of the channels (one image, one group)."""
 
-PAD2D_DIMS = ("planes", "h", "w", "pt", "pl", "hp", "wp")
-"""The dims of ``md_pad2d``: args are ``[x, padded]``."""
+PAD2D_DIMS = ("planes", "h", "w", "pt", "pl", "hp", "wp", "task", "tasks")
+"""The dims of ``md_pad2d``: args are ``[x, padded]``; task ``task`` of ``tasks`` pads its share
+of the planes."""
 
 
 def _im2col(module: ir.Module) -> ir.Function:
@@ -330,7 +331,9 @@ def _pad2d(module: ir.Module) -> None:
         _loop(b, I64(0), d["h"], row)
         _zero(b, module, dst, b.mul(b.add(d["pt"], d["h"]), d["wp"]), padded)
 
-    _loop(b, I64(0), d["planes"], one)
+    first = b.sdiv(b.mul(d["planes"], d["task"]), d["tasks"])
+    last = b.sdiv(b.mul(d["planes"], b.add(d["task"], I64(1))), d["tasks"])
+    _loop(b, first, last, one)
     b.ret_void()
 
 

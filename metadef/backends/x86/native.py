@@ -458,9 +458,16 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     calls = []
     x = sources[0]
     if any(begin) or any(end):
-        values = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp}
+        values = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp,
+                  "task": 0, "tasks": 1}
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or n * c < count or n * c * hp * wp < PARALLEL_ELEMENTS:
+                return None
+            return [tuple({**values, "task": t, "tasks": count}[d] for d in PAD2D_DIMS) for t in range(count)]
+
         calls.append(Call(native_function("md_pad2d"), (x, Arg("scratch", 0)),
-                          tuple(values[d] for d in PAD2D_DIMS), "pad2d"))
+                          tuple(values[d] for d in PAD2D_DIMS), "pad2d", tasks))
         x = Arg("scratch", 0)
     ins = [padded, tuple(sw)] + ([(sw[0],)] if bias is not NULL else [])
     args = (x, sources[1], *([bias] if bias is not NULL else []),
