@@ -245,7 +245,7 @@ class X86Executable:
             results = self.run_steps(feeds, symbols)
             if outputs is None:
                 return results
-            buffers = _checked(outputs, [(r.shape, r.dtype) for r in results])
+            buffers = _checked(outputs, [(r.shape, r.dtype) for r in results], inputs)
             for buffer, result in zip(buffers, results):
                 np.copyto(buffer, result)
             return buffers
@@ -253,7 +253,7 @@ class X86Executable:
             for array, (shape, dtype) in zip(inputs, program.input_specs):
                 if array.shape != shape or array.dtype != dtype:
                     self._check_inputs(program, inputs)
-            outs = _checked(outputs, program.output_specs) if outputs is not None else \
+            outs = _checked(outputs, program.output_specs, inputs) if outputs is not None else \
                 [np.empty(shape, dtype) for shape, dtype in program.output_specs]
             program.run(inputs, outs)
         finally:
@@ -295,10 +295,11 @@ class X86Executable:
         return [slots[i] for i in self.output_ids]
 
 
-def _checked(outputs: Sequence[np.ndarray | None],
-             expected: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
+def _checked(outputs: Sequence[np.ndarray | None], expected: Sequence[tuple[tuple[int, ...], np.dtype]],
+             inputs: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
     """The caller's output buffers, checked (one per output, of its shape and dtype,
-    C-contiguous and writeable); a new array where the caller gives None."""
+    C-contiguous, writeable, sharing no memory with an input or another buffer: the native
+    code reads inputs while it writes outputs); a new array where the caller gives None."""
     if len(outputs) != len(expected):
         raise InputError(f"outputs= has {len(outputs)} entries, the model has {len(expected)} outputs")
     checked = []
@@ -312,6 +313,10 @@ def _checked(outputs: Sequence[np.ndarray | None],
         if not (array.flags.c_contiguous and array.flags.writeable):
             raise InputError(f"output buffer {k} must be a writeable C-contiguous array "
                              f"(np.empty({tuple(shape)}, np.{np.dtype(dtype).name}))")
+        for j, other in enumerate([*inputs, *checked]):
+            if np.may_share_memory(array, other):
+                what = f"input {j}" if j < len(inputs) else f"output buffer {j - len(inputs)}"
+                raise InputError(f"output buffer {k} shares memory with {what}: pass a separate array")
         checked.append(array)
     return checked
 

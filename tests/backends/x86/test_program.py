@@ -118,6 +118,10 @@ def test_outputs_go_into_caller_buffers(cnn: tuple[md.Graph, Session]) -> None:
         sess.run(feeds, outputs={"p": np.empty((10, 3), np.float32).T})
     with pytest.raises(InputError, match="unknown output"):
         sess.run(feeds, outputs={"q": buffer})
+    g2 = _graph("graph g(%x: f32[n,4]) -> (%y) { %y: f32[n,4] = Exp(%x) @exp return %y }")
+    x = RNG.standard_normal((2, 4), dtype=np.float32)
+    with pytest.raises(InputError, match="shares memory with input 0"):  # in place: not allowed
+        md.compile(g2, target="x86").run({"x": x}, outputs={"y": x})
 
 
 def test_runs_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) -> None:
