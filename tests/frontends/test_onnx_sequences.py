@@ -43,3 +43,31 @@ def test_a_sequence_graph_output_is_refused() -> None:
     with pytest.raises(UnsupportedOpError, match="a sequence of 1 tensors"):
         _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_x("x", [3])],
                [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+
+
+def _model15(nodes: list, inputs: list, outputs: list) -> md.Graph:
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    return md.import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+def test_optionals_known_at_import_time_become_their_value_or_a_constant() -> None:
+    empty_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [3]))
+    graph = _model15([helper.make_node("Optional", ["x"], ["some"]),
+                      helper.make_node("Optional", [], ["none"], type=empty_type.optional_type.elem_type),
+                      helper.make_node("OptionalHasElement", ["some"], ["has_some"]),
+                      helper.make_node("OptionalHasElement", ["none"], ["has_none"]),
+                      helper.make_node("OptionalGetElement", ["some"], ["y"])],
+                     [_x("x", [3])],
+                     [helper.make_tensor_value_info("has_some", TensorProto.BOOL, []),
+                      helper.make_tensor_value_info("has_none", TensorProto.BOOL, []), _x("y", [3])])
+    x = np.array([1, 2, 3], np.float32)
+    out = md.compile(graph).run({"x": x})
+    assert bool(out["has_some"]) and not bool(out["has_none"])
+    np.testing.assert_array_equal(out["y"], x)
+
+
+def test_getting_the_element_of_an_empty_optional_is_refused() -> None:
+    elem = helper.make_tensor_type_proto(TensorProto.FLOAT, [3])
+    with pytest.raises(UnsupportedOpError, match="empty optional"):
+        _model15([helper.make_node("Optional", [], ["none"], type=elem),
+                  helper.make_node("OptionalGetElement", ["none"], ["y"])], [], [_x("y", [3])])

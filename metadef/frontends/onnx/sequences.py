@@ -1,4 +1,4 @@
-"""ONNX sequences whose structure is known at import time, unrolled into tensors.
+"""ONNX sequences (and optionals) whose structure is known at import time, unrolled into tensors.
 
 metadef's IR holds tensors only. A sequence that a model builds and takes apart inside one graph
 (``SequenceConstruct`` / ``SequenceInsert`` ... ``SequenceAt`` / ``ConcatFromSequence``) with
@@ -48,6 +48,17 @@ class SequenceValue:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+@dataclass(frozen=True)
+class NoneValue(SequenceValue):
+    """An empty optional (``Optional()`` with no input) while importing; a present optional is
+    the tensor or sequence it holds.
+
+    Example:
+        >>> len(NoneValue(()))
+        0
+    """
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,25 @@ def _split(n: SequenceNode) -> Result:
     return [SequenceValue(tuple(parts))]
 
 
+def _optional(n: SequenceNode) -> Result:
+    held = n.inputs[0] if n.inputs else None
+    return [NoneValue(()) if held is None else held]
+
+
+def _has_element(n: SequenceNode) -> Result:
+    held = n.inputs[0] if n.inputs else None
+    present = held is not None and not isinstance(held, NoneValue)
+    return [n.builder.const(f"{n.name}_present", np.array(present))]
+
+
+def _get_element(n: SequenceNode) -> Result:
+    held = n.inputs[0] if n.inputs else None
+    if held is None or isinstance(held, NoneValue):
+        raise UnsupportedOpError(f"{n.where}: OptionalGetElement of an empty optional (ONNX makes this "
+                                 "an error at run time)")
+    return [held]
+
+
 sequence_rules: dict[str, SequenceRule] = {
     "SequenceEmpty": lambda n: [SequenceValue(())],
     "SequenceConstruct": _construct,
@@ -178,5 +208,10 @@ sequence_rules: dict[str, SequenceRule] = {
     "SequenceLength": _length,
     "ConcatFromSequence": _concat,
     "SplitToSequence": _split,
+    "Optional": _optional,
+    "OptionalHasElement": _has_element,
+    "OptionalGetElement": _get_element,
 }
-"""How each sequence op of the default domain is unrolled at import time, by op name."""
+"""How each sequence (and optional) op of the default domain is unrolled at import time, by op
+name: an optional whose presence is known at import time is the value it holds, or
+:class:`NoneValue`."""
