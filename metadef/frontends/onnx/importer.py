@@ -47,7 +47,7 @@ from onnx import numpy_helper
 
 from metadef.core.dtypes import from_onnx
 from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
-from metadef.frontends.onnx.sequences import SequenceNode, SequenceValue, sequence_rules
+from metadef.frontends.onnx.sequences import NoneValue, SequenceNode, SequenceValue, sequence_rules
 from metadef.ir import Graph, GraphBuilder, Value
 from metadef.ops import REGISTER_HINT, REGISTRY, MetaOp, get_op
 from metadef.ops.defs.control import CAPTURED, captured_start
@@ -238,8 +238,12 @@ def _check_declared(declared: list[onnx.ValueInfoProto], values: dict[str, Value
 
 
 def _tensor(value: Value | SequenceValue, where: str) -> Value:
-    """A value that must be a tensor: a sequence reaching here (a graph output, an op that takes
-    tensors, a subgraph's capture) fails with UnsupportedOpError."""
+    """A value that must be a tensor: a sequence or an empty optional reaching here (a graph
+    output, an op that takes tensors, a subgraph's capture) fails with UnsupportedOpError."""
+    if isinstance(value, NoneValue):
+        raise UnsupportedOpError(f"{where}: an empty Optional reaches a place that takes a tensor; "
+                                 "metadef resolves optionals at import time, and only OptionalHasElement "
+                                 "may read an empty one")
     if isinstance(value, SequenceValue):
         raise UnsupportedOpError(f"{where}: a sequence of {len(value)} tensors reaches a place that "
                                  "takes a tensor; metadef unrolls sequences at import time, and only "
