@@ -28,6 +28,7 @@ import metadef as md
 from metadef.backends.x86 import X86Backend
 from metadef.backends.x86.contractions import blas_info
 from metadef.backends.x86.threads import set_threads
+from metadef.cli_bench import ort_session
 from metadef.runtime.session import Session
 
 
@@ -35,18 +36,6 @@ def _time(fn: Callable[..., object], *args: object) -> float:
     t0 = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t0
-
-
-def _ort_session(proto: bytes, threads: int) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    # measured interleaved: ORT's idle workers would spin after each run, taking the cores
-    # from the next run measured (ours); with one thread there are no workers, no change
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return ort.InferenceSession(proto, so, providers=["CPUExecutionProvider"])
 
 
 def bench_model(name: str, batches: list[int], threads: list[int], runs: int, warmup: int) -> list[dict]:
@@ -65,7 +54,7 @@ def bench_model(name: str, batches: list[int], threads: list[int], runs: int, wa
     rows = []
     for t in threads:
         t0 = time.perf_counter()
-        ort_sess = _ort_session(data, t)
+        ort_sess = ort_session(data, t)
         t_ort = time.perf_counter() - t0
         set_threads(t)
         for batch in batches:

@@ -166,7 +166,9 @@ def measure_pair(ours: Callable[[], object], theirs: Callable[[], object], runs:
     return statistics.median(a), statistics.median(b), wall, foreign_cpu_s(before, cpu_sample())
 
 
-def _ort_session(data: bytes, threads: int) -> Any:
+def ort_session(data: bytes, threads: int) -> Any:
+    """The ONNX Runtime peer: ORT_ENABLE_ALL, ``threads`` intra-op threads, workers that do not
+    spin between runs (the runs are measured interleaved with metadef's)."""
     import onnxruntime as ort  # an optional peer: only `metadef bench` needs it
 
     so = ort.SessionOptions()
@@ -196,7 +198,7 @@ def run_bench(model: str, batches: Sequence[int] = (1,), threads: Sequence[int] 
     rows = []
     for t in threads:
         t0 = time.perf_counter()
-        ort_sess = _ort_session(bm.onnx_bytes, t)
+        ort_sess = ort_session(bm.onnx_bytes, t)
         ort_s = time.perf_counter() - t0
         set_threads(t)
         for batch in batches:

@@ -173,12 +173,10 @@ compiled graph needs them (a conv routine takes LLVM ~0.3 s: an MLP should not p
 NATIVE_SYMBOLS = tuple(symbol for routine in ROUTINES for symbol in MODULE_SYMBOLS.get(routine, (routine,)))
 
 
-def native_module(name: str | None = None) -> str:
-    """The IR (text) of routine ``name``'s module, or of all routines in one module."""
-    module = ir.Module(f"md_native_{name or 'all'}")
-    for routine, build in ROUTINES.items():
-        if name is None or routine == name:
-            build(module)
+def native_module(name: str) -> str:
+    """The IR (text) of routine ``name``'s module."""
+    module = ir.Module(f"md_native_{name}")
+    ROUTINES[name](module)
     return str(module)
 
 
@@ -206,11 +204,6 @@ def native_function(name: str) -> int:
     return _ADDRESSES[name]
 
 
-def native_functions() -> dict[str, int]:
-    """Every native routine's address (compiling those not compiled yet)."""
-    return {name: native_function(name) for name in NATIVE_SYMBOLS}
-
-
 def _build(name: str) -> dict[str, int]:
     symbols = list(MODULE_SYMBOLS.get(name, (name,)))
     # the cache key's environment holds a digest of codegen's source, this file included: the
@@ -231,5 +224,5 @@ def _build(name: str) -> dict[str, int]:
 
 
 __all__ = ["CONV2D_DIMS", "ENTRY", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS",
-           "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function", "native_functions", "native_module",
+           "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function", "native_module",
            "winograd_workspace"]

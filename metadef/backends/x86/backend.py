@@ -47,7 +47,7 @@ import numpy as np
 from metadef.backends.base import plan_frees
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
-from metadef.backends.x86.program import ProgramPool, unplannable
+from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
 from metadef.codegen.kernel import KernelCode, KernelStore, record_kernels, replay_kernels
@@ -239,9 +239,7 @@ class X86Executable:
         inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
         try:
             program = self.programs.bound(symbols)
-        except BackendError as e:
-            if not unplannable(e):
-                raise
+        except Unplannable:
             results = self.run_steps(feeds, symbols)
             if outputs is None:
                 return results

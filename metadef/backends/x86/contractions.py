@@ -54,7 +54,8 @@ from metadef.ops.defs.nn_pool import window
 from metadef.shape import Dim, TensorType, sym
 
 ContractionFn = Callable[[Sequence[np.ndarray | None]], np.ndarray]
-SoftmaxFn = Callable[[np.ndarray], np.ndarray]
+SoftmaxFn = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+"""``softmax(scores + mask)`` over the last axis (the mask may be None)."""
 # compiles one node to a kernel ``kernel(inputs, outputs)``, or raises (codegen's compile_node)
 NodeCompiler = Callable[[Node], Any]
 
@@ -417,8 +418,10 @@ def conv_kernel(attrs: Mapping[str, Any], depthwise: NodeCompiler | None = None)
 # ------------------------------------------------------------------------------- Attention
 
 
-def numpy_softmax(s: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in place on ``s`` (which is returned)."""
+def numpy_softmax(s: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """``softmax(s + mask)`` over the last axis, in place on ``s`` where the shapes allow."""
+    if mask is not None:
+        s = s + mask if np.broadcast_shapes(s.shape, mask.shape) != s.shape else np.add(s, mask, out=s)
     s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
@@ -426,7 +429,8 @@ def numpy_softmax(s: np.ndarray) -> np.ndarray:
 
 
 def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softmax) -> ContractionFn:
-    """``softmax(scale * Q Kᵀ + mask) V``: two batched sgemm and ``softmax`` in between."""
+    """``softmax(scale * Q Kᵀ + mask) V``: two batched sgemm and ``softmax(scores, mask)``
+    in between."""
     scale = float(attrs["scale"])
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
@@ -434,9 +438,7 @@ def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softma
         mask = args[3] if len(args) > 3 else None
         s = np.matmul(q, np.swapaxes(k, -1, -2))
         s *= s.dtype.type(scale)
-        if mask is not None:
-            s = s + mask if np.broadcast_shapes(s.shape, mask.shape) != s.shape else np.add(s, mask, out=s)
-        return np.matmul(softmax(s), v)
+        return np.matmul(softmax(s, mask), v)
 
     return run
 

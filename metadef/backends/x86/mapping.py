@@ -30,12 +30,12 @@ from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import native
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
-from metadef.ir import Graph, GraphBuilder, Node, Value
+from metadef.ir import Graph, GraphBuilder, Node
 from metadef.ops import Role
 from metadef.ops.defs.fused import run_body
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
-from metadef.shape import TensorType, evaluate_shape, sym
+from metadef.shape import TensorType, evaluate_shape
 
 try:  # codegen is the only home of llvmlite: without it, everything runs on the other kernels
     from metadef.codegen import CodegenUnsupported, compile_group, compile_node
@@ -200,31 +200,17 @@ def generated_group(node: Node) -> Choice | str:
                   native=native.kernel_lowering(kernel, range(len(node.inputs)), range(len(node.outputs))))
 
 
-def _generated_softmax(rank: int, dtype: Any) -> blas.SoftmaxFn | str:
-    """A generated softmax over the last axis of a rank-``rank`` tensor (symbolic sizes)."""
-    t = TensorType(dtype, tuple(sym(f"d{i}") for i in range(rank)))
-    x, y = Value("scores", t), Value("probs", t)
-    node = Node("Softmax", (x,), (y,), {"axis": -1}, "/x86/attention_softmax")
-    y.producer = node
-    kernel = _compiled(lambda: compile_node(node))
-    if isinstance(kernel, str):
-        return kernel
+def _attention(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:
+    kernel = _attention_softmax(anchor)  # the same kernel the native lowering calls
+    if kernel is None:
+        return blas.attention_kernel(attrs), "batched sgemm + numpy softmax"
 
-    def softmax(s: np.ndarray) -> np.ndarray:
+    def softmax(s: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         out = np.empty_like(s)
-        kernel([s], [out])
+        kernel([s] if mask is None else [s, mask], [out])
         return out
 
-    return softmax
-
-
-def _attention(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:
-    q = anchor.inputs[0].type
-    rank = len(q.shape) if q is not None and q.shape is not None else 0
-    softmax = _generated_softmax(rank, q.dtype if q is not None else FLOAT32) if rank else "rank unknown"
-    if isinstance(softmax, str):
-        return blas.attention_kernel(attrs), f"batched sgemm + numpy softmax ({softmax})"
-    return blas.attention_kernel(attrs, softmax), "batched sgemm + generated softmax"
+    return blas.attention_kernel(attrs, softmax), "batched sgemm + generated mask-add + softmax"
 
 
 def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, str]:

@@ -44,7 +44,7 @@ import logging
 import math
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,8 @@ class _PythonStep:
     index: int
     inputs: list[_Storage | None]
     outputs: list[_Storage]
+    types: list[Any]
+    """The concrete output types for this binding (what the step's kernel is given)."""
 
 
 class BoundProgram:
@@ -148,12 +150,12 @@ class BoundProgram:
             storage[i] = _Storage(CONST, i, tuple(np.shape(data)), np.asarray(data).dtype)
         outputs = {i: k for k, i in enumerate(exe.output_ids)}
         buffers: list[list[int]] = []  # [size, start, end]
-        self.steps: list[tuple[str, Any]] = []  # ("native", NativeStep, args...) or ("python", ...)
-        lowered: list[tuple[Any, list[_Storage | None], list[_Storage], list[int], int]] = []
+        # (a NativeStep, or why the step runs from Python; its inputs; outputs; scratch buffers; index)
+        lowered: list[tuple[NativeStep | str, list[_Storage | None], list[_Storage], list[int], int]] = []
         self.views = 0
         for s, (step, out_types) in enumerate(zip(exe.steps, types)):
             if out_types is None:
-                raise _Unplannable(f"the output shapes of {step.node.name} ({step.node.qualop}) depend on "
+                raise Unplannable(f"the output shapes of {step.node.name} ({step.node.qualop}) depend on "
                                    f"values, not only on the symbols")
             ins = [None if i is None else storage[i] for i in step.in_ids]
             for st in ins:
@@ -190,10 +192,8 @@ class BoundProgram:
                     buffers.append([size, s, s])
                     scratch.append(len(buffers) - 1)
                 lowered.append((native, ins, outs, scratch, s))
-                self.steps.append(("native", len(lowered) - 1))
             else:
                 lowered.append((native if isinstance(native, str) else "no native form", ins, outs, [], s))
-                self.steps.append(("python", len(lowered) - 1))
         last = len(exe.steps) - 1
         for i in exe.output_ids:  # an output that is an intermediate's view: keep it to the end
             st = storage[i]
@@ -207,7 +207,7 @@ class BoundProgram:
         self.output_storage = [storage[i] for i in exe.output_ids]
         self.key = (tuple(sorted(self.symbols.items())), self.threads)
         self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
-        self._assemble(lowered)
+        self._assemble(lowered, types)
 
     def _address(self, st: _Storage | None) -> int | None:
         """A fixed address, or None for a graph input or output (patched per run)."""
@@ -220,7 +220,8 @@ class BoundProgram:
             return data.ctypes.data if data.size else _EMPTY_ADDRESS
         return None
 
-    def _assemble(self, lowered: list[tuple[Any, list[_Storage | None], list[_Storage], list[int], int]]) -> None:
+    def _assemble(self, lowered: list[tuple[NativeStep | str, list[_Storage | None], list[_Storage], list[int], int]],
+                  types: list[Any]) -> None:
         self._n_inputs = len(self.exe.input_ids)
         self.patches: list[tuple[Any, int, int]] = []  # (pointer array, slot, input position or outputs after)
         self.segments: list[_Segment | _PythonStep] = []
@@ -230,12 +231,11 @@ class BoundProgram:
         self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
         self.call_kinds: Counter[str] = Counter()
-        for kind, index in self.steps:
-            what, ins, outs, scratch, step_index = lowered[index]
-            if kind == "python":
+        for what, ins, outs, scratch, step_index in lowered:
+            if not isinstance(what, NativeStep):
                 self._flush(pending, pending_patches)
                 pending, pending_patches = [], []
-                self.segments.append(_PythonStep(step_index, ins, outs))
+                self.segments.append(_PythonStep(step_index, ins, outs, types[step_index]))
                 self.python_reasons.append((self.exe.steps[step_index].node.name, str(what)))
                 self.python_steps += 1
                 continue
@@ -311,9 +311,8 @@ class BoundProgram:
     def _run_python(self, step: _PythonStep, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         exe_step = self.exe.steps[step.index]
         args = [None if st is None else self._view(st, inputs, outputs) for st in step.inputs]
-        types = self.exe._shape_plan(self.symbols)[step.index]
         try:
-            results = exe_step.kernel(args, types)
+            results = exe_step.kernel(args, step.types)
         except MetadefError:
             raise
         except Exception as e:
@@ -351,7 +350,7 @@ def _copy_step(src: _Storage | None, dst: _Storage) -> NativeStep | str:
     return NativeStep((Call(native_function("md_copy"), (Arg("in", 0), Arg("out", 0)), (nbytes,), "copy"),))
 
 
-class _Unplannable(BackendError):
+class Unplannable(BackendError):
     """The graph cannot be prepared as native programs for this binding (shapes depend on values)."""
 
 
@@ -379,11 +378,11 @@ class ProgramPool:
                 pass
         why = self._refused.get(key)
         if why is not None:
-            raise _Unplannable(why)
+            raise Unplannable(why)
         try:
             with kernel_store(self.exe.kernel_store()):  # a kernel first needed here: from the disk cache
                 program = BoundProgram(self.exe, symbols, threads)
-        except _Unplannable as e:
+        except Unplannable as e:
             with self._lock:
                 self._refused[key] = str(e)
             log.info("x86: %s runs step by step for %s: %s", self.exe.graph.name, dict(symbols), e)
@@ -406,15 +405,5 @@ class ProgramPool:
             while len(self._free) > BINDINGS_KEPT:
                 self._free.popitem(last=False)
 
-    def run(self, symbols: Mapping[str, int], inputs: Sequence[np.ndarray],
-            outputs: Sequence[np.ndarray]) -> None:
-        program = self.bound(symbols)
-        try:
-            program.run(inputs, outputs)
-        finally:
-            self.give_back(program)
 
-
-unplannable: Callable[[BaseException], bool] = lambda e: isinstance(e, _Unplannable)  # noqa: E731
-
-__all__ = ["BINDINGS_KEPT", "PROGRAMS_PER_BINDING", "BoundProgram", "ProgramPool", "unplannable"]
+__all__ = ["BINDINGS_KEPT", "PROGRAMS_PER_BINDING", "BoundProgram", "ProgramPool", "Unplannable"]
