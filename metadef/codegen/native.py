@@ -13,6 +13,10 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   a workspace and one ``sgemm`` per image and group, the bias written into the output first;
   a 1x1 stride-1 unpadded conv reads its input in place.
 - ``md_winograd3x3``: a 3x3 stride-1 conv as Winograd F(2x2, 3x3) around 16 sgemm.
+- ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
+  activation applied before the store (:mod:`.native_gemm`).
+- ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
+  (:mod:`.native_depthwise`).
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes.
 
@@ -52,6 +56,8 @@ from metadef.codegen.native_conv import (
     _winograd,
     winograd_workspace,
 )
+from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
+from metadef.codegen.native_gemm import CONV1X1_DIMS, _conv1x1
 from metadef.codegen.native_ir import (
     _SGEMM,
     _SGEMV,
@@ -160,6 +166,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_im2col_task": _im2col_task,
     "md_winograd3x3": _winograd,
     "md_pad2d": _pad2d,
+    "md_conv1x1": _conv1x1,
+    "md_depthwise": _depthwise,
     "md_run_tasks": _pool_module,
 }
 
@@ -223,6 +231,6 @@ def _build(name: str) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV2D_DIMS", "ENTRY", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS",
-           "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function", "native_module",
-           "winograd_workspace"]
+__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "DEPTHWISE_DIMS", "ENTRY", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL",
+           "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function",
+           "native_module", "winograd_workspace"]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86 import native
+from metadef.backends.x86 import conv1x1, native
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -331,6 +331,30 @@ def _attention_softmax(node: Node) -> Any:
     return None if isinstance(compiled, str) else compiled
 
 
+def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None],
+                   epilogue: tuple[Arg | None, float, float] = (None, -math.inf, math.inf)) -> Lowering:
+    """A Conv node's lowering: a pointwise conv through our own kernel (with ``epilogue``: its
+    residual and bounds) where it measures faster, else im2col / Winograd / depthwise."""
+    attrs, weight = attrs_of(node), consts[1] if len(consts) > 1 else None
+    general = native.conv_lowering(attrs, sources, out, _dtype_of(node),
+                                   None if CODEGEN_MISSING is not None else compile_node, weight)
+    bias = sources[2] if len(sources) > 2 else NULL
+    if _depthwise3x3(node, consts):
+        return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general)
+    if weight is None or not conv1x1.pointwise(attrs, weight, _dtype_of(node)):
+        return general
+    return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general)
+
+
+def _depthwise3x3(node: Node, consts: Sequence[np.ndarray | None]) -> bool:
+    if not conv1x1.DEPTHWISE:
+        return False
+    w = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    shape = tuple(consts[1].shape) if len(consts) > 1 and consts[1] is not None else \
+        tuple(w.shape) if w is not None and w.shape is not None and all(isinstance(d, int) for d in w.shape) else None
+    return conv1x1.depthwise3x3(attrs_of(node), shape, _dtype_of(node))
+
+
 def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
                       consts: Sequence[np.ndarray | None]) -> Lowering | None:
     softmax = _attention_softmax(node)
@@ -343,9 +367,7 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
     "MatMul": lambda node, src, out, consts: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
     "Gemm": lambda node, src, out, consts: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node),
                                                                 consts[1] if len(consts) > 1 else None),
-    "Conv": lambda node, src, out, consts: native.conv_lowering(
-        attrs_of(node), src, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
-        consts[1] if len(consts) > 1 else None),
+    "Conv": lambda node, src, out, consts: _conv_lowering(node, src, out, consts),
     "ai.metadef::Attention": _native_attention,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
@@ -412,7 +434,39 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
                                      native.kernel_tasks(kernel, shapes, epilogue_outs)))
         return NativeStep(tuple(calls), tuple(scratch), (*step.keep, keep, kernel))
 
-    return native.needing(lower, *native.needs(anchor), "md_copy")
+    lower = native.needing(lower, *native.needs(anchor), "md_copy")
+    fused = _conv_epilogue(split, sources, consts, lower)
+    return lower if fused is None else fused
+
+
+def _conv_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np.ndarray | None],
+                   otherwise: Lowering) -> Lowering | None:
+    """A conv group whose epilogue is ``act(y + residual)`` (``act``: Relu, Clip or nothing),
+    anchored by a pointwise conv (``md_conv1x1``) or a 3x3 depthwise conv without residual
+    (``md_depthwise``): one call writing the group's output (``otherwise`` where that does not
+    pay), else None."""
+    anchor, body = split.anchor, split.body
+    if anchor.op != "Conv" or body is None or split.anchor_positions or len(split.epilogue_positions) != 1:
+        return None
+    form = conv1x1.epilogue_form(body.nodes, body.inputs[0], body.outputs[0])
+    if form is None:
+        return None
+    value, lo, hi = form
+    bias = sources[2] if len(sources) > 2 else NULL
+    out = Arg("out", split.epilogue_positions[0])
+    if value is None and _depthwise3x3(anchor, consts):
+        return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise)
+    weight = consts[1] if len(consts) > 1 else None
+    if weight is None or not conv1x1.pointwise(attrs_of(anchor), weight, _dtype_of(anchor)):
+        return None
+    residual = None
+    if value is not None:
+        at = next((i for i, v in enumerate(body.inputs) if v is value), None)
+        if at is None or at == 0:
+            return None
+        residual = Arg("in", split.input_positions[at - 1])
+    return conv1x1.pointwise_lowering(attrs_of(anchor), weight, sources[0], bias, residual, out, (lo, hi),
+                                      otherwise)
 
 
 def view_node(node: Node) -> Choice | str:

@@ -273,15 +273,18 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
     return np.matmul(both, filters.T).reshape(16, k, c)
 
 
+MEASURED_ROUNDS = 5
+"""Each candidate of a measured choice runs this many times, interleaved; its best time counts."""
+
 _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
 
 
 def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
     """The fastest of ``candidates`` (name -> one run on the shapes ``key`` names), timed once
-    (best of 3 after a warm-up) and remembered in this process and in the compile cache's
-    shape level, so a new process on this machine does not time it again: ``(name, the timings
-    as text)``. The decision is logged under ``METADEF_DEBUG=1``."""
+    (best of :data:`MEASURED_ROUNDS`, interleaved, after a warm-up) and remembered in this
+    process and in the compile cache's shape level, so a new process on this machine does not
+    time it again: ``(name, the timings as text)``. The decision is logged under ``METADEF_DEBUG=1``."""
     with _CHOICE_LOCK:
         found = _CONV_CHOICES.get(key)
         if found is not None:
@@ -289,15 +292,14 @@ def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], 
         cache_key = shape_key(kernel_key(f"measured choice {key!r} among {sorted(candidates)}"), {})
         found = _stored_choice(cache_key, candidates)
         if found is None:
-            times = {}
-            for name, run in candidates.items():
+            times = dict.fromkeys(candidates, math.inf)
+            for run in candidates.values():
                 run()
-                best = math.inf
-                for _ in range(3):
+            for _ in range(MEASURED_ROUNDS):  # interleaved: a burst of foreign load hits all alike
+                for name, run in candidates.items():
                     t0 = time.perf_counter()
                     run()
-                    best = min(best, time.perf_counter() - t0)
-                times[name] = best
+                    times[name] = min(times[name], time.perf_counter() - t0)
             winner = min(times, key=times.__getitem__)
             text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
             found = (winner, text)
@@ -318,7 +320,8 @@ def _stored_choice(cache_key: Any, candidates: Mapping[str, Any]) -> tuple[str, 
     return str(entry.manifest["winner"]), f"{entry.manifest.get('timings', '')}; stored"
 
 
-def _timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Callable[[], None]:
+def timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Callable[[], None]:
+    """One call of the native function at ``address``, ready to time (for :func:`measured_choice`)."""
     args = (ctypes.c_void_p * len(pointers))(*pointers)
     values = (ctypes.c_int64 * len(dims))(*dims)
     fn = ENTRY(address)
@@ -431,10 +434,10 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
     gemm = blas.cblas_address("sgemm")
     winner, timings = measured_choice(key, {
-        "winograd": _timed_call(native_function("md_winograd3x3"),
+        "winograd": timed_call(native_function("md_winograd3x3"),
                                 [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
                                 (1, *wino_dims[1:])),
-        "im2col": _timed_call(native_function("md_conv2d"),
+        "im2col": timed_call(native_function("md_conv2d"),
                               [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
                               (1, *conv_dims[1:]))})
     if winner != "winograd":
@@ -540,4 +543,4 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "needs", "sgemm_dims", "winograd_weights"]
+           "needs", "sgemm_dims", "timed_call", "winograd_weights"]

@@ -231,6 +231,7 @@ class BoundProgram:
         self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
         self.call_kinds: Counter[str] = Counter()
+        self.call_steps: list[tuple[str, str]] = []  # (step name, what) of each native call, in order
         for what, ins, outs, scratch, step_index in lowered:
             if not isinstance(what, NativeStep):
                 self._flush(pending, pending_patches)
@@ -249,6 +250,7 @@ class BoundProgram:
                 self.native_calls += 1
                 self.parallel_calls += bool(tasks)
                 self.call_kinds[call.what.split(" (")[0]] += 1
+                self.call_steps.append((self.exe.steps[step_index].node.name, call.what))
         self._flush(pending, pending_patches)
         self._program = PROGRAM(native_function("md_run_program"))
         self._work: list[tuple[bool, Any]] = [

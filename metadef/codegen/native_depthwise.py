@@ -1,0 +1,202 @@
+"""A 3x3 depthwise convolution with its padding and activation handled in place (see :mod:`.native`).
+
+``md_depthwise`` computes, for each image and channel (a plane) its own 3x3 filter::
+
+    y[p, oy, ox] = clip(bias[c] + sum_{r,s} w[c, r, s] * x[p, oy*sh - pt + r, ox*sw - pl + s], lo, hi)
+
+with taps outside the image reading zeros. Each plane is copied into a zero-padded plane on
+the stack (tens of KiB: it stays in L1 or L2, unlike a padded copy of the whole tensor), then
+each output row is computed from three padded lines with the nine taps unrolled and one
+store, 8 outputs at a time in vectors for strides 1 and 2 (see :func:`stack_floats` for the
+size; the lowering keeps it small). Task
+``task`` of ``tasks`` takes its share of the planes.
+
+Example:
+    >>> import ctypes, math, numpy as np
+    >>> from metadef.codegen.native import ENTRY, native_function
+    >>> x = np.ones((1, 1, 3, 3), np.float32); w = np.ones((1, 9), np.float32); b = np.zeros(1, np.float32)
+    >>> y = np.empty((1, 1, 3, 3), np.float32)
+    >>> args = (ctypes.c_void_p * 4)(x.ctypes.data, w.ctypes.data, b.ctypes.data, y.ctypes.data)
+    >>> dims = depthwise_dims(1, 1, (3, 3), (3, 3), (1, 1), (1, 1))
+    >>> ENTRY(native_function("md_depthwise"))(args, (ctypes.c_int64 * len(dims))(*dims))
+    >>> y[0, 0].tolist()
+    [[4.0, 6.0, 4.0], [6.0, 9.0, 6.0], [4.0, 6.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from llvmlite import ir
+
+from metadef.codegen.native_ir import (
+    F32,
+    I32,
+    I64,
+    PTR,
+    _arg,
+    _define,
+    _elem,
+    _float_bits,
+    _internal,
+    _loop,
+    _smax,
+)
+
+DEPTHWISE_DIMS = ("planes", "c", "h", "w", "oh", "ow", "sh", "sw", "pt", "pl", "lo", "hi", "task", "tasks")
+"""The dims of ``md_depthwise`` (a 3x3 kernel, dilation 1): args are ``[x, w [c, 9], bias [c], y]``; ``lo`` and ``hi``
+are float32 bits (``-inf`` / ``inf`` for no bound)."""
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int],
+                   begin: tuple[int, int], *, lo: float = -math.inf, hi: float = math.inf, task: int = 0,
+                   tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_depthwise`` call (see :data:`DEPTHWISE_DIMS`; ``begin``: the pads
+    before each spatial axis).
+
+    Example:
+        >>> depthwise_dims(1, 32, (112, 112), (112, 112), (1, 1), (1, 1))[:6]
+        (32, 32, 112, 112, 112, 112)
+    """
+    values = {"planes": n * c, "c": c, "h": hw[0], "w": hw[1], "oh": out_hw[0], "ow": out_hw[1],
+              "sh": strides[0], "sw": strides[1], "pt": begin[0], "pl": begin[1], "lo": _bits(lo), "hi": _bits(hi),
+              "task": task, "tasks": tasks}
+    return tuple(values[d] for d in DEPTHWISE_DIMS)
+
+
+V8 = ir.VectorType(F32, 8)
+EVEN = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 9, 11, 13, 15])
+
+
+def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    v = b.insert_element(ir.Constant(V8, ir.Undefined), value, I32(0))
+    return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+
+
+def _bounded(b: ir.IRBuilder, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
+    return b.select(b.fcmp_ordered(">", v, hi), hi, v)
+
+
+def _interior(module: ir.Module, stride: int | None) -> ir.Function:
+    """``row(y, x0, x1, x2, w, beta, lo, hi, first, last, sw)``: the outputs ``[first, last)``
+    of one row from its three padded input lines ``x0..x2``, the taps unrolled. Strides 1 and 2 take 8 outputs a step in
+    vectors (a stride-2 tap: every other float of 15 loaded ones), then one at a time."""
+    fn, b = _internal(module, f"md_dw_row{stride or 'n'}", [PTR, PTR, PTR, PTR, PTR, F32, F32, F32, I64, I64, I64],
+                      (0,))
+    y, *rows, w, beta, lo, hi, first, last, sw = fn.args
+    taps = [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
+    step = I64(stride) if stride else sw
+
+    def one(o: ir.Value) -> None:
+        base = b.mul(o, step)
+        acc = beta
+        for r in range(3):
+            for s in range(3):
+                v = b.load(_elem(b, rows[r], b.add(base, I64(s))), typ=F32)
+                acc = b.fadd(acc, b.fmul(taps[3 * r + s], v, flags=["contract"]), flags=["contract"])
+        b.store(_bounded(b, acc, lo, hi), _elem(b, y, o))
+
+    if stride is None:
+        _loop(b, first, last, one)
+        b.ret_void()
+        return fn
+    fma = ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]), "llvm.fma.v8f32") \
+        if "llvm.fma.v8f32" not in module.globals else module.globals["llvm.fma.v8f32"]
+    wide = [_splat(b, t) for t in taps]
+    low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
+    blocks = b.sdiv(b.sub(last, first), I64(8))
+
+    def eight(k: ir.Value) -> None:
+        o = b.add(first, b.mul(k, I64(8)))
+        base = b.mul(o, step)
+        acc = start
+        for r in range(3):
+            for s in range(3):
+                at = _elem(b, rows[r], b.add(base, I64(s)))
+                if stride == 1:
+                    v = b.load(at, typ=V8, align=4)
+                else:
+                    # the even floats of at[0..14], from two loads that end at at[14] (not past the row)
+                    lanes = [b.load(at, typ=V8, align=4), b.load(_elem(b, at, I64(7)), typ=V8, align=4)]
+                    v = b.shuffle_vector(lanes[0], lanes[1], EVEN)
+                acc = b.call(fma, [wide[3 * r + s], v, acc])
+        b.store(_bounded(b, acc, low, high), _elem(b, y, o), align=4)
+
+    _loop(b, I64(0), blocks, eight)
+    _loop(b, b.add(first, b.mul(blocks, I64(8))), last, one)
+    b.ret_void()
+    return fn
+
+
+def _by_stride(b: ir.IRBuilder, sw: ir.Value, rows: dict[int | None, ir.Function], call: list[ir.Value]) -> None:
+    """Call the row loop made for stride ``sw`` (the generic one for strides other than 1, 2)."""
+    after = b.append_basic_block("done")
+    cases = {s: b.append_basic_block(f"stride{s or 'n'}") for s in rows}
+    switch = b.switch(sw, cases[None])
+    for s, block in cases.items():
+        if s is not None:
+            switch.add_case(I64(s), block)
+        b.position_at_end(block)
+        b.call(rows[s], call)
+        b.branch(after)
+    b.position_at_end(after)
+
+
+def _depthwise(module: ir.Module) -> None:
+    rows = {s: _interior(module, s) for s in (1, 2, None)}
+    b, args, dims = _define(module, "md_depthwise")
+    x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(DEPTHWISE_DIMS)}
+    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
+    first_plane = b.sdiv(b.mul(d["planes"], d["task"]), d["tasks"])
+    last_plane = b.sdiv(b.mul(d["planes"], b.add(d["task"], I64(1))), d["tasks"])
+    sh, sw, pt, pl, height, width = d["sh"], d["sw"], d["pt"], d["pl"], d["h"], d["w"]
+    # one padded plane on the stack, zeros around the image: as wide and tall as every read
+    # of the outputs needs (plus 8 floats: a vector's reach)
+    span = b.add(_smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width)), I64(8))
+    tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(3)), b.add(pt, height))
+    padded = b.alloca(F32, size=b.mul(span, tall))
+    b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),
+           [padded, ir.IntType(8)(0), b.mul(b.mul(span, tall), I64(4)), ir.IntType(1)(0)])
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+
+    def plane(p: ir.Value) -> None:
+        channel = b.srem(p, d["c"])
+        xp = _elem(b, x, b.mul(p, b.mul(height, width)))
+        yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
+        wc = _elem(b, w, b.mul(channel, I64(9)))
+        beta = b.load(_elem(b, bias, channel), typ=F32)
+        _loop(b, I64(0), height, lambda r: b.call(memcpy, [
+            _elem(b, padded, b.add(b.mul(b.add(r, pt), span), pl)), _elem(b, xp, b.mul(r, width)),
+            b.mul(width, I64(4)), ir.IntType(1)(0)]))
+
+        def out_row(oy: ir.Value) -> None:
+            top = b.mul(oy, sh)
+            lines = [_elem(b, padded, b.mul(b.add(top, I64(r)), span)) for r in range(3)]
+            _by_stride(b, sw, rows, [_elem(b, yp, b.mul(oy, d["ow"])), *lines, wc, beta, lo, hi, I64(0), d["ow"], sw])
+
+        _loop(b, I64(0), d["oh"], out_row)
+
+    _loop(b, first_plane, last_plane, plane)
+    b.ret_void()
+
+
+def stack_floats(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int],
+                 begin: tuple[int, int]) -> int:
+    """The floats of the padded plane ``md_depthwise`` keeps on its stack for these shapes.
+
+    Example:
+        >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1))
+        3712
+    """
+    span = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1]) + 8
+    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0])
+
+
+__all__ = ["DEPTHWISE_DIMS", "depthwise_dims", "stack_floats"]

@@ -1,0 +1,140 @@
+"""Our own native kernels against float64 numpy and the reference backend: the pointwise-conv
+micro-kernel ``md_conv1x1`` (epilogue fused) and the 3x3 depthwise ``md_depthwise``, called
+directly on random shapes and through compiled graphs whose fused groups they run."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+
+import metadef as md
+from metadef.backends.x86 import conv1x1
+from metadef.codegen.native import ENTRY, native_function
+from metadef.codegen.native_depthwise import depthwise_dims
+from metadef.codegen.native_gemm import NR, conv1x1_dims, pack_conv1x1_weights
+from metadef.ir import GraphBuilder
+from metadef.shape import parse_type
+
+pytestmark = pytest.mark.jit
+RNG = np.random.default_rng(7)
+
+
+def _call(routine: str, arrays: list[np.ndarray | None], dims: tuple[int, ...]) -> None:
+    args = (ctypes.c_void_p * len(arrays))(*[None if a is None else a.ctypes.data for a in arrays])
+    ENTRY(native_function(routine))(args, (ctypes.c_int64 * len(dims))(*dims))
+
+
+@pytest.mark.parametrize(("n", "cin", "cout", "p", "residual", "bounds", "order", "tasks"), [
+    (1, 16, 96, 300, False, (0.0, 6.0), 0, 1),
+    (2, 5, 13, 49, True, (0.0, math.inf), 0, 1),
+    (1, 3, 7, 17, False, (-math.inf, math.inf), 1, 1),
+    (3, 24, 20, 100, True, (-0.5, 0.5), 1, 2),
+    (2, 7, 11, 33, False, (-1.0, 1.0), 0, 3),
+    (1, 64, 6, 16, True, (-math.inf, math.inf), 0, 2),
+])
+def test_conv1x1_matches_float64(n: int, cin: int, cout: int, p: int, residual: bool,
+                                 bounds: tuple[float, float], order: int, tasks: int) -> None:
+    x = RNG.standard_normal((n, cin, p), dtype=np.float32)
+    w = RNG.standard_normal((cout, cin), dtype=np.float32)
+    bias = RNG.standard_normal(cout, dtype=np.float32)
+    res = RNG.standard_normal((n, cout, p), dtype=np.float32)
+    y = np.full((n, cout, p), np.nan, np.float32)
+    packed = pack_conv1x1_weights(w)
+    for t in range(tasks):  # the tasks of a split call cover the output exactly once between them
+        _call("md_conv1x1", [x, packed, bias, res if residual else None, y],
+              conv1x1_dims(n, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1], order=order,
+                           task=t, tasks=tasks))
+    want = np.einsum("rk,nkp->nrp", w.astype(np.float64), x.astype(np.float64)) + bias[:, None]
+    if residual:
+        want += res
+    np.testing.assert_allclose(y, np.clip(want, *bounds), rtol=1e-5, atol=1e-5)
+
+
+def test_conv1x1_keeps_nan_through_its_bounds() -> None:
+    x = np.full((1, 2, NR), np.nan, np.float32)
+    y = np.zeros((1, 1, NR), np.float32)
+    _call("md_conv1x1", [x, pack_conv1x1_weights(np.ones((1, 2), np.float32)), np.zeros(1, np.float32), None, y],
+          conv1x1_dims(1, 2, 1, NR, lo=0.0, hi=6.0))
+    assert np.isnan(y).all()  # as numpy's clip and ONNX's Clip: NaN stays NaN
+
+
+def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
+    g = GraphBuilder("dw")
+    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
+    y, = g.node("Conv", [xi, g.const("w", w), g.const("b", b)],
+                {"group": x.shape[1], "strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+    g.output(y)
+    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
+
+
+@pytest.mark.parametrize(("n", "c", "h", "w", "strides", "pads", "bounds"), [
+    (1, 8, 20, 19, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (2, 5, 15, 13, [2, 2], [1, 1, 1, 1], (-math.inf, math.inf)),
+    (1, 3, 9, 10, [1, 3], [2, 0, 1, 2], (-1.0, 1.0)),
+    (1, 4, 2, 2, [1, 1], [1, 1, 1, 1], (0.0, math.inf)),
+    (1, 2, 5, 1, [2, 1], [1, 1, 1, 1], (-9.0, 9.0)),
+    (1, 6, 40, 37, [2, 2], [0, 0, 1, 1], (0.0, 6.0)),
+])
+def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: list[int], pads: list[int],
+                                     bounds: tuple[float, float]) -> None:
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    want = np.clip(_conv_ort(x, wt, b, strides, pads), *bounds)
+    y = np.full(want.shape, np.nan, np.float32)
+    for t in range(2):
+        _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                            (pads[0], pads[1]), lo=bounds[0], hi=bounds[1],
+                                                            task=t, tasks=2))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def _block() -> md.Graph:
+    """Pointwise conv + residual + Relu; pointwise conv + Clip; depthwise + Clip; a plain 1x1."""
+    g = GraphBuilder("block")
+    x = g.input("x", parse_type("f32[n,8,10,10]"))
+    r = g.input("r", parse_type("f32[n,16,10,10]"))
+
+    def conv(v: object, cout: int, cin: int, **attrs: object) -> object:
+        k = 3 if attrs.get("group") else 1
+        w = RNG.standard_normal((cout, cin, k, k), dtype=np.float32) * 0.3
+        y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w), g.const(f"b{len(g.nodes)}",
+                                                                         RNG.standard_normal(cout, dtype=np.float32))],
+                    dict(attrs))
+        return y
+
+    a = conv(x, 16, 8)
+    a, = g.node("Add", [a, r])
+    a, = g.node("Relu", [a])
+    lo, hi = g.const("lo", np.array(0.0, np.float32)), g.const("hi", np.array(6.0, np.float32))
+    b = conv(a, 16, 16)
+    b, = g.node("Clip", [b, lo, hi])
+    c = conv(b, 16, 1, group=16, pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    c, = g.node("Clip", [c, lo, hi])
+    d = conv(c, 4, 16)
+    g.output(d)
+    return g.build()
+
+
+@pytest.mark.parametrize("prefer", [conv1x1.OWN, conv1x1.BLAS])
+def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conv1x1, "PREFER", prefer)
+    graph = md.optimize(_block(), level="aggressive")
+    exe = md.compile(graph, target="x86")
+    ref = md.compile(graph, target="reference")
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 8, 10, 10), dtype=np.float32),
+                 "r": RNG.standard_normal((batch, 16, 10, 10), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    assert kinds["depthwise 3x3 + bounds"] == 1
+    if prefer == conv1x1.OWN:
+        assert kinds["conv2d 1x1 own kernel + epilogue"] == 2 and kinds["conv2d 1x1 own kernel"] == 1
+        assert "epilogue" not in kinds  # every epilogue went into a kernel's stores
+    else:
+        assert not any("own kernel" in k for k in kinds)
