@@ -104,24 +104,28 @@ def plan_arena(buffers: Sequence[Buffer], alignment: int = ALIGNMENT) -> ArenaPl
 
 
 def _place(buffers: Sequence[Buffer], order: Sequence[int], alignment: int) -> tuple[list[int], int]:
-    """Place the buffers in ``order``, each in the tightest gap that fits it."""
+    """Place the buffers in ``order``, each in the tightest gap that fits it (the buffers it
+    may not overlap found through the steps they are alive at, not by a scan of all)."""
     offsets = [0] * len(buffers)
-    placed: list[tuple[int, int, int]] = []  # (offset, aligned size, index)
+    sizes = [0] * len(buffers)
+    alive: dict[int, list[int]] = {}  # step -> the placed buffers alive at it
     peak = 0
     for i in order:
         b = buffers[i]
         size = _aligned(b.size, alignment)
-        busy = sorted((o, s) for o, s, j in placed
-                      if buffers[j].start <= b.end and b.start <= buffers[j].end)
+        near: set[int] = set()
+        for t in range(b.start, b.end + 1):
+            near.update(alive.get(t, ()))
         best, best_gap, cursor = None, None, 0
-        for o, s in busy:
+        for o, s in sorted((offsets[j], sizes[j]) for j in near):
             gap = o - cursor
             if gap >= size and (best_gap is None or gap < best_gap):
                 best, best_gap = cursor, gap
             cursor = max(cursor, o + s)
         offset = best if best is not None else cursor
-        offsets[i] = offset
-        placed.append((offset, size, i))
+        offsets[i], sizes[i] = offset, size
+        for t in range(b.start, b.end + 1):
+            alive.setdefault(t, []).append(i)
         peak = max(peak, offset + size)
     return offsets, peak
 

@@ -49,6 +49,10 @@ from metadef.codegen.native_gemm import NR, conv1x1_dims, pack_conv1x1_weights
 from metadef.ir import Node, Value
 
 OWN = "own micro-kernel, epilogue fused"
+MIN_PIXELS = 64
+"""Below this many pixels an image's row of 16-pixel blocks wastes too much on its overlapped
+last block (7x7: 64 computed for 49), and OpenBLAS wins at every shape measured: no measuring."""
+
 PREFER: str | None = None
 """Set to ``OWN`` or ``BLAS`` to take that path for every pointwise conv without measuring
 (tests; benchmarks that compare the two)."""
@@ -113,7 +117,7 @@ def conv1x1_step(weight: np.ndarray, packed: list[np.ndarray], x: Arg, bias: Arg
     OpenBLAS measures faster here); ``packed`` holds the packed weights once made."""
     n, cin, h, w = sx
     cout, p = weight.shape[0], h * w
-    if p < NR or weight.shape[1] != cin:
+    if p < MIN_PIXELS or weight.shape[1] != cin:
         return None
     if not packed:
         packed.append(pack_conv1x1_weights(weight))
