@@ -54,6 +54,11 @@ def _spec(v: Any) -> IOSpec:
     return IOSpec(v.name, v.type.dtype, v.type.shape)
 
 
+CHECKED_SHAPES = 64
+"""How many distinct input shapes a session remembers as checked (their symbols' values), so
+a run with the same shapes skips the symbolic checks."""
+
+
 class Session:
     """Runs a compiled graph: ``session.run({"name": array}) -> {"name": array}``."""
 
@@ -64,8 +69,33 @@ class Session:
         self.inputs: list[IOSpec] = [_spec(v) for v in graph.inputs]
         self.outputs: list[IOSpec] = [_spec(v) for v in graph.outputs]
         self.env: ShapeEnv = graph.env
+        self._checked: dict[tuple[tuple[tuple[int, ...], np.dtype], ...], dict[str, int]] = {}
 
     def _check(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        key = self._key(feeds)
+        symbols = self._checked.get(key) if key is not None else None
+        if symbols is not None:  # these exact shapes and dtypes passed the checks before
+            return {s.name: feeds[s.name] for s in self.inputs}, dict(symbols)
+        arrays, symbols = self._check_all(feeds)
+        if key is not None:
+            if len(self._checked) >= CHECKED_SHAPES:
+                self._checked.clear()
+            self._checked[key] = dict(symbols)
+        return arrays, symbols
+
+    def _key(self, feeds: Mapping[str, Any]) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
+        """The inputs' shapes and dtypes, when every feed is an array of this model's inputs."""
+        if len(feeds) != len(self.inputs):
+            return None
+        key = []
+        for spec in self.inputs:
+            arr = feeds.get(spec.name)
+            if type(arr) is not np.ndarray:
+                return None
+            key.append((arr.shape, arr.dtype))
+        return tuple(key)
+
+    def _check_all(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         known = {s.name for s in self.inputs}
         unknown = [k for k in feeds if k not in known]
         if unknown:
