@@ -19,9 +19,11 @@ pollutes the figures:
    a model-level hit, kernels linked from disk).
 
 The machines are shared, so the timed runs also measure the CPU time that *other* processes
-used meanwhile (``/proc/stat`` less this process's own, as ``metadef bench`` does): above
-:data:`~metadef.testing.cpu_meter.FOREIGN_LOAD_LIMIT` cores on average, the runs are measured once more,
-the less loaded attempt is kept, and ``Metrics.warnings`` says so. ``trace_level=1`` adds the
+used meanwhile (``/proc/stat`` less this process's own; :mod:`metadef.testing.timing`, the
+timing loop ``metadef bench`` uses too): above :data:`~metadef.testing.cpu_meter.FOREIGN_LOAD_LIMIT`
+cores on average, the runs are measured again (at most
+:data:`~metadef.testing.cpu_meter.MAX_REPEATS` times), the least loaded attempt is kept, and
+``Metrics.warnings`` says so. ``trace_level=1`` adds the
 time per op type, ``trace_level=2`` also the time per step (``group_ms``: each fused group or
 node by name), from the executable's step-by-step path with each step's kernel timed.
 
@@ -58,13 +60,8 @@ from metadef.convert import convert
 from metadef.core.errors import InputError, MetadefError
 from metadef.runtime.session import IOSpec, Session
 from metadef.shape import ShapeEnv, bind_shape, evaluate_shape, free_symbols
-from metadef.testing.cpu_meter import (
-    DEFAULT_SEQ,
-    FOREIGN_LOAD_LIMIT,
-    MIN_WINDOW_S,
-    cpu_sample,
-    foreign_cpu_s,
-)
+from metadef.testing.cpu_meter import DEFAULT_SEQ
+from metadef.testing.timing import LatencySample, LatencyStats, guarded, time_runs
 
 DEVICES = {"cpu": "x86"}
 """Benchmark device -> the backend that runs on it."""
@@ -218,9 +215,11 @@ class TestScenario:
         return (f"TestScenario({self.model!r}, device={self.device!r}, warmup={self.warmup}, "
                 f"iterations={self.iterations}, batch={self.batch}, dims={self.dims}, threads={self.threads})")
 
-    def run(self, mem_profile: bool = False, trace_level: int = 0) -> Metrics:
+    def run(self, mem_profile: bool = False, trace_level: int = 0,
+            progress: Callable[[int, int, str], None] | None = None) -> Metrics:
         """Measure (see the module doc). ``mem_profile``: record peak and per-phase RSS;
-        ``trace_level``: 0 none, 1 time per op type, 2 also time per step (fused group)."""
+        ``trace_level``: 0 none, 1 time per op type, 2 also time per step (fused group);
+        ``progress(done, total, what)`` is called after each measuring process."""
         if trace_level not in (0, 1, 2):
             raise InputError(f"trace_level is 0, 1 or 2, got {trace_level!r}")
         with tempfile.TemporaryDirectory(prefix="metadef-bench-") as tmp:
@@ -231,7 +230,11 @@ class TestScenario:
                     "batch": self.batch, "dims": self.dims, "warmup": self.warmup, "iterations": self.iterations,
                     "mem_profile": mem_profile, "trace_level": trace_level}
             full = run_child({**spec, "mode": "full"}, cache, self.timeout_s)
+            if progress is not None:
+                progress(1, 2, "load, compile (cold cache) and timed runs")
             cached = run_child({**spec, "mode": "compile"}, cache, self.timeout_s)
+            if progress is not None:
+                progress(2, 2, "compile (cached)")
         return Metrics(model=self.model, device=self.device, target=self.target,
                        compile_ms_cached=cached["compile_ms"],
                        threads=self.threads, warmup=self.warmup, iterations=self.iterations,
@@ -310,16 +313,17 @@ def measure(spec: Mapping[str, Any]) -> dict[str, Any]:
         return {"compile_ms": compile_ms}
     feeds, symbols = example_inputs(session.inputs, batch=spec["batch"] or 1, dims=spec["dims"],
                                     zoo_name=graph.name, env=session.env)
-    sample, warnings, attempts = _guarded(lambda: session.run(feeds), spec["warmup"], spec["iterations"])
+    warmups = [spec["warmup"]]  # the first attempt warms up; a repeat under foreign load need not
+
+    def timed() -> LatencySample:
+        return time_runs(lambda: session.run(feeds), warmups.pop() if warmups else 0, spec["iterations"])
+
+    sample, warnings, attempts = guarded(timed, "the timed runs")
     rss["runs"] = rss_bytes()
-    times = np.asarray(sample.times) * 1e3
-    p50, p90, p99 = (float(v) for v in np.percentile(times, [50, 90, 99]))
-    mean = float(times.mean())
     batch = symbols.get("batch", spec["batch"] or 1)
     result: dict[str, Any] = {
-        "batch": batch, "dims": symbols, "runs": len(times), "cold_load_ms": cold_ms, "warm_load_ms": warm_ms,
-        "optimize_ms": optimize_ms, "compile_ms_cold": compile_ms, "p50_ms": p50, "p90_ms": p90, "p99_ms": p99,
-        "mean_ms": mean, "min_ms": float(times.min()), "throughput": 1e3 * batch / mean if mean > 0 else 0.0,
+        **asdict(LatencyStats.of(sample.times, batch)), "batch": batch, "dims": symbols,
+        "cold_load_ms": cold_ms, "warm_load_ms": warm_ms, "optimize_ms": optimize_ms, "compile_ms_cold": compile_ms,
         "foreign_load": sample.foreign_cores, "attempts": attempts, "warnings": warnings}
     if spec["trace_level"]:
         steps = step_times(session, feeds, symbols, runs=min(spec["iterations"], TRACE_RUNS))
@@ -418,56 +422,6 @@ def _symbol_values(inputs: Sequence[IOSpec], batch: int, dims: Mapping[str, int]
 # ---------------------------------------------------------------------------- measurement
 
 
-@dataclass(frozen=True)
-class LatencySample:
-    """Timed runs (s each), the window's wall time (s) and the CPU s other processes used in it."""
-
-    times: list[float]
-    wall_s: float
-    foreign_s: float
-
-    @property
-    def foreign_cores(self) -> float:
-        return self.foreign_s / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def time_runs(run_once: Callable[[], object], warmup: int, iterations: int,
-              min_window_s: float = MIN_WINDOW_S) -> LatencySample:
-    """``warmup`` untimed runs, then timed runs: at least ``iterations``, and for at least
-    ``min_window_s`` (``/proc/stat`` counts in 10 ms ticks), with the foreign CPU time.
-
-    Example:
-        >>> s = time_runs(lambda: None, warmup=1, iterations=5, min_window_s=0.0)
-        >>> len(s.times), s.foreign_cores >= 0.0
-        (5, True)
-    """
-    for _ in range(warmup):
-        run_once()
-    times: list[float] = []
-    before, t0 = cpu_sample(), time.perf_counter()
-    while len(times) < iterations or time.perf_counter() - t0 < min_window_s:
-        t = time.perf_counter()
-        run_once()
-        times.append(time.perf_counter() - t)
-    wall = time.perf_counter() - t0
-    return LatencySample(times, wall, foreign_cpu_s(before, cpu_sample()))
-
-
-def _guarded(run_once: Callable[[], object], warmup: int, iterations: int) -> tuple[LatencySample, list[str], int]:
-    """Time the runs; under foreign load, warn and time them once more, keeping the less loaded."""
-    sample = time_runs(run_once, warmup, iterations)
-    warnings: list[str] = []
-    if sample.foreign_cores <= FOREIGN_LOAD_LIMIT:
-        return sample, warnings, 1
-    warnings.append(f"other processes used {sample.foreign_cores:.2f} cores on average while the runs were timed "
-                    f"(limit {FOREIGN_LOAD_LIMIT}); measuring again")
-    again = time_runs(run_once, 0, iterations)
-    if again.foreign_cores > FOREIGN_LOAD_LIMIT:
-        warnings.append(f"still {again.foreign_cores:.2f} cores of foreign load on the second attempt; the figures "
-                        "are from the less loaded attempt and may be slower than on a quiet machine")
-    return min(sample, again, key=lambda s: s.foreign_cores), warnings, 2
-
-
 def step_times(session: Session, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int],
                runs: int = TRACE_RUNS) -> dict[str, float] | None:
     """The median time (ms) of each step, by node name, from the executable's step-by-step
@@ -552,5 +506,6 @@ def peak_rss_bytes() -> int:
     return kib if sys.platform == "darwin" else kib * 1024
 
 
-__all__ = ["DEVICES", "TRACE_RUNS", "LatencySample", "Metrics", "TestScenario", "child_main", "example_inputs",
-           "measure", "peak_rss_bytes", "rss_bytes", "run_child", "step_times", "time_runs"]
+__all__ = ["DEVICES", "TRACE_RUNS", "LatencySample", "LatencyStats", "Metrics", "TestScenario", "child_main",
+           "example_inputs", "guarded", "measure", "peak_rss_bytes", "rss_bytes", "run_child", "step_times",
+           "time_runs"]

@@ -27,9 +27,11 @@ from metadef.analysis import find_repeats, lower_bound
 from metadef.cli_bench import bench_command
 from metadef.cli_cache import cache_group
 from metadef.cli_convert import convert_command, inspect_mdef, verify_command
+from metadef.cli_progress import progress_option, show_progress, stage_bars
 from metadef.core.errors import MetadefError
 from metadef.passes import LEVELS
 from metadef.passes.fuse_groups import group_summary
+from metadef.report import report_command
 from metadef.rewrite import DecisionLog
 from metadef.testing.conformance import format_report, run_cases
 from metadef.testing.model_suites import SUITES, run_suite
@@ -55,7 +57,10 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(md.__version__, prog_name="metadef")
 def main() -> None:
-    """metadef: import a model, infer its shapes, run it, check it against ONNX Runtime."""
+    """metadef: import a model, infer its shapes, run it, check it against ONNX Runtime.
+
+    Example: metadef convert resnet50 -o resnet50.mdef && metadef bench resnet50.mdef --vs onnxruntime
+    """
 
 
 # --- zoo ---------------------------------------------------------------------------------
@@ -63,7 +68,10 @@ def main() -> None:
 
 @main.group()
 def zoo() -> None:
-    """The built-in models (built by metadef itself; nothing is downloaded)."""
+    """The built-in models (built by metadef itself; nothing is downloaded).
+
+    Example: metadef zoo list --json
+    """
 
 
 @zoo.command("list")
@@ -349,8 +357,9 @@ def _demo_model(name: str, targets: list[str]) -> int:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--target", default="reference", show_default=True,
               help="the backend to compile each case for (x86: fallbacks to reference kernels are counted)")
+@progress_option
 def conformance(ops: tuple[str, ...], suites: tuple[str, ...], pattern: str | None, as_json: bool,
-                target: str) -> None:
+                target: str, progress: bool | None) -> None:
     """Run the ONNX backend node tests through import and a backend (the reference by default),
     or, with --suite, the ONNX model suites (simple, pytorch-converted, pytorch-operator, light).
 
@@ -360,10 +369,13 @@ def conformance(ops: tuple[str, ...], suites: tuple[str, ...], pattern: str | No
     """
     if suites and ops:
         raise click.UsageError("--op selects node tests and --suite model suites: give one of them")
-    if suites:
-        report = run_suite(SUITES if "all" in suites else suites, target=target, pattern=pattern)
-    else:
-        report = run_cases(list(ops) or None, pattern, target=target)
+    with stage_bars(["cases"], show_progress(progress, as_json)) as bar:
+        if suites:
+            report = run_suite(SUITES if "all" in suites else suites, target=target, pattern=pattern,
+                               progress=lambda done, total, _name: bar("cases", done, total))
+        else:
+            report = run_cases(list(ops) or None, pattern, target=target,
+                               progress=lambda done, total: bar("cases", done, total))
     if as_json:
         click.echo(json.dumps({"target": target, "totals": report.totals(), "by_op": report.by_op(),
                                "fallbacks": dict(report.fallbacks()),
@@ -375,7 +387,10 @@ def conformance(ops: tuple[str, ...], suites: tuple[str, ...], pattern: str | No
 
 @main.group()
 def docs() -> None:
-    """Generate documentation from the registry."""
+    """Generate documentation from the registry.
+
+    Example: metadef docs ops -o docs/ops.md --no-conformance
+    """
 
 
 @docs.command("ops")
@@ -383,7 +398,10 @@ def docs() -> None:
               show_default=True)
 @click.option("--no-conformance", is_flag=True, help="skip running the node tests (faster)")
 def docs_ops(output: Path, no_conformance: bool) -> None:
-    """Write docs/ops.md: each op, its opsets, its semantics and its conformance."""
+    """Write docs/ops.md: each op, its opsets, its semantics and its conformance.
+
+    Example: metadef docs ops -o docs/ops.md
+    """
     path = write_ops_doc(output, conformance=not no_conformance)
     console.print(f"wrote {path}")
 
@@ -392,6 +410,7 @@ main.add_command(convert_command)
 main.add_command(verify_command)
 main.add_command(bench_command)
 main.add_command(cache_group)
+main.add_command(report_command)
 
 if __name__ == "__main__":
     main()

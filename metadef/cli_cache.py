@@ -25,7 +25,10 @@ def _size(n: int) -> str:
 
 @click.group("cache")
 def cache_group() -> None:
-    """The on-disk compile cache (METADEF_CACHE_DIR, default ~/.cache/metadef)."""
+    """The on-disk compile cache (METADEF_CACHE_DIR, default ~/.cache/metadef).
+
+    Example: metadef cache info --json
+    """
 
 
 @cache_group.command("info")

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from metadef.cli_progress import progress_option, show_progress, stage_bars
 from metadef.convert import STAGES, ConvertReport, convert
 from metadef.core.errors import MetadefError
 from metadef.format import open_mdef
@@ -51,6 +52,7 @@ def convert_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tf-inputs", help="TensorFlow .pb: input names (x:0,...)"),
         click.option("--tf-outputs", help="TensorFlow .pb: output names"),
         click.option("--json", "as_json", is_flag=True, help="print the report as JSON"),
+        progress_option,
     ]):
         fn = option(fn)
     return fn
@@ -58,17 +60,10 @@ def convert_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run(source: str, output: Path, level: str | None, quantize: str | None, prune: float | None,
          precision: Path | None, compat_backward: str | None, alignment: int, tf_inputs: str | None,
-         tf_outputs: str | None, as_json: bool) -> None:
-    with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err_console, transient=True, disable=as_json) as bar:
-        tasks: dict[str, TaskID] = {s: bar.add_task(s, total=1, start=False) for s in STAGES}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            bar.start_task(tasks[stage])
-            bar.update(tasks[stage], completed=done, total=max(total, 1))
-
+         tf_outputs: str | None, as_json: bool, progress: bool | None) -> None:
+    with stage_bars(STAGES, show_progress(progress, as_json)) as bar:
         report = convert(source, output, optimize=level, quantize=quantize, prune=prune, precision=precision,
-                         compat_backward=compat_backward, alignment=alignment, progress=progress,
+                         compat_backward=compat_backward, alignment=alignment, progress=bar,
                          tf_inputs=tf_inputs, tf_outputs=tf_outputs)
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2))
@@ -160,16 +155,28 @@ def inspect_mdef(path: str | Path, as_json: bool = False) -> None:
 
 @click.command("verify")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def verify_command(path: Path) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="machine-readable output: path, ok, sections, tensors, bytes, seconds, failures")
+def verify_command(path: Path, as_json: bool) -> None:
     """Check every checksum of an .mdef file (header, table, sections, tensors); exit code 1 on
-    any failure.  Example: metadef verify model.mdef"""
+    any failure.
+
+    Example: metadef verify model.mdef --json
+    """
     try:
         with open_mdef(path, checksum_verify="never") as f:
             report = f.verify()
     except MetadefError as e:  # the structure itself is damaged: that is a verification failure
+        if as_json:
+            click.echo(json.dumps({"path": str(path), "ok": False, "failures": [f"{type(e).__name__}: {e}"]},
+                                  indent=2))
+            sys.exit(1)
         err_console.print(f"[bold red]FAILED[/] {escape(str(path))}: {escape(str(e))}", highlight=False,
                           soft_wrap=True)
         sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"path": str(path), "ok": report.ok, **asdict(report)}, indent=2))
+        sys.exit(0 if report.ok else 1)
     if report.ok:
         console.print(f"[green]OK[/] {escape(str(path))}: {escape(str(report))}", highlight=False)
         return

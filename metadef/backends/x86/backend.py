@@ -64,6 +64,9 @@ CODEGEN_READY = CODEGEN_MISSING is None
 
 SHAPE_CACHE_SIZE = 64  # distinct symbol bindings whose output shapes are kept
 
+CompileProgress = Callable[[int, int, str], None]
+"""``progress(done, total, node)``: ``done`` of the graph's ``total`` nodes have their kernels."""
+
 
 @dataclass(frozen=True)
 class PlanEntry:
@@ -93,30 +96,38 @@ class X86Executable:
     """A graph compiled for x86: one chosen kernel per node (see the module doc)."""
 
     def __init__(self, graph: Graph, threads: int | None = None,
-                 kernel_id: Callable[[str], str] | None = None) -> None:
-        """Choose each node's kernel from the mapping table; with ``kernel_id`` (structural
-        key -> cache digest) each plan entry lists the kernels its node compiled."""
+                 kernel_id: Callable[[str], str] | None = None, progress: CompileProgress | None = None) -> None:
+        """Choose each node's kernel from the mapping table (compiling it); with ``kernel_id``
+        (structural key -> cache digest) each plan entry lists the kernels its node compiled;
+        ``progress(done, total, node)`` is called after each node."""
         choices: list[tuple[Choice, tuple[str, ...]]] = []
-        for n in graph.nodes:
+        for i, n in enumerate(graph.nodes):
             if kernel_id is None:
                 choices.append((choose(n), ()))
-                continue
-            with record_kernels() as structures:
-                choice = choose(n)
-            choices.append((choice, tuple(kernel_id(k) for k in structures)))
+            else:
+                with record_kernels() as structures:
+                    choice = choose(n)
+                choices.append((choice, tuple(kernel_id(k) for k in structures)))
+            if progress is not None:
+                progress(i + 1, len(graph.nodes), n.name)
         self._assemble(graph, threads, choices)
 
     @classmethod
     def from_plan(cls, graph: Graph, threads: int | None, plan: list[Any],
-                  load: Callable[[str], KernelCode]) -> X86Executable:
+                  load: Callable[[str], KernelCode], progress: CompileProgress | None = None) -> X86Executable:
         """The executable a stored plan describes (``PlanEntry`` fields as dicts): each node
         runs its recorded strategy with its recorded kernels, loaded by digest. Raises
-        :class:`PlanMismatch` when the plan does not fit the graph."""
+        :class:`PlanMismatch` when the plan does not fit the graph. ``progress`` as for
+        ``__init__``, after each node's kernels are linked."""
         if len(plan) != len(graph.nodes):
             raise PlanMismatch(f"the plan has {len(plan)} nodes, the graph {len(graph.nodes)}")
         try:
             codes = {d: load(d) for d in dict.fromkeys(d for p in plan for d in p["kernels"])}
-            choices = [(cls._replay(n, p, codes), tuple(p["kernels"])) for n, p in zip(graph.nodes, plan)]
+            choices = []
+            for i, (n, p) in enumerate(zip(graph.nodes, plan)):
+                choices.append((cls._replay(n, p, codes), tuple(p["kernels"])))
+                if progress is not None:
+                    progress(i + 1, len(plan), n.name)
         except (KeyError, TypeError) as e:
             raise PlanMismatch(f"a plan entry is malformed ({type(e).__name__}: {e})") from e
         executable = cls.__new__(cls)
@@ -323,7 +334,9 @@ class X86Backend:
     """The x86 backend (``metadef.compile(graph, target="x86")``).
 
     ``threads``: the executable's thread count (generated code, through the worker pool) and
-    numpy's OpenBLAS thread count, set at compile time for the whole process.
+    numpy's OpenBLAS thread count, set at compile time for the whole process. ``progress``:
+    ``progress(done, total, node)`` after each node's kernel is compiled or linked from the
+    cache (a progress bar's hook; it is no part of the compile cache's key).
 
     Example:
         >>> X86Backend().name
@@ -333,7 +346,7 @@ class X86Backend:
     name = "x86"
 
     def compile(self, graph: Graph, *, threads: int | None = None, cache: bool = True,
-                **options: Any) -> X86Executable:
+                progress: CompileProgress | None = None, **options: Any) -> X86Executable:
         """Compile ``graph``; with ``cache`` (the default) through the compile cache
         (:mod:`metadef.cache`): the same graph again in this process returns the same
         executable, and every kernel already on disk is linked without running LLVM. On a
@@ -342,17 +355,17 @@ class X86Backend:
         dtype and shape only: kernels take them as run-time arguments, and a constant that a
         kernel compiles in is part of that kernel's key, which the plan records."""
         if options:
-            raise BackendError(f"the x86 backend takes only threads= and cache=, got {sorted(options)}")
+            raise BackendError(f"the x86 backend takes only threads=, cache= and progress=, got {sorted(options)}")
         if threads is not None:
             set_threads(threads)
         if not cache:
-            return X86Executable(graph, threads)
+            return X86Executable(graph, threads, progress=progress)
         executable = compile_cached(
             graph, self.name, {"threads": threads},
-            lambda: X86Executable(graph, threads, lambda structure: kernel_key(structure).digest),
-            replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load), weights=False)
+            lambda: X86Executable(graph, threads, lambda structure: kernel_key(structure).digest, progress),
+            replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load, progress), weights=False)
         executable.kernel_store = lambda: DiskKernelStore(Store())
         return executable
 
 
-__all__ = ["PlanEntry", "X86Backend", "X86Executable"]
+__all__ = ["CompileProgress", "PlanEntry", "X86Backend", "X86Executable"]
