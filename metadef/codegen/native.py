@@ -86,8 +86,11 @@ PROGRAM = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 """``md_run_program(entries, n)``."""
 
 SGEMM_DIMS = ("batch", "m", "n", "k", "lda", "ldb", "ldc", "trans_a", "trans_b", "stride_a",
-              "stride_b", "stride_c", "bias_row_stride", "bias_col_stride", "has_bias", "alpha", "beta")
-"""The dims of ``md_sgemm``, in order (strides in elements; alpha and beta as float32 bits)."""
+              "stride_b", "stride_c", "bias_row_stride", "bias_col_stride", "has_bias", "alpha", "beta",
+              "split", "task", "tasks")
+"""The dims of ``md_sgemm``, in order (strides in elements; alpha and beta as float32 bits).
+Task ``task`` of ``tasks`` computes its share of the batch (``split`` 0), of the columns of C
+(1) or of its rows (2), so one product splits across the worker pool."""
 
 _LOCK = threading.Lock()
 
@@ -123,6 +126,26 @@ def _sgemm(module: ir.Module) -> None:
     alpha, beta = _float_bits(b, d["alpha"]), _float_bits(b, d["beta"])
     has_bias = b.icmp_signed("!=", d["has_bias"], I64(0))
     callee = _Callee(fn, _SGEMM)
+    ta, tb = (b.icmp_signed("!=", d[t], I64(0)) for t in ("trans_a", "trans_b"))
+
+    def share(extent: ir.Value, axis: int) -> tuple[ir.Value, ir.Value]:
+        """This task's [first, last) of ``extent`` when the split is along ``axis``, else all."""
+        mine = b.icmp_signed("==", d["split"], I64(axis))
+        first = b.sdiv(b.mul(extent, d["task"]), d["tasks"])
+        last = b.sdiv(b.mul(extent, b.add(d["task"], I64(1))), d["tasks"])
+        return b.select(mine, first, I64(0)), b.select(mine, last, extent)
+
+    b0, b1 = share(d["batch"], 0)
+    j0, j1 = share(d["n"], 1)
+    i0, i1 = share(d["m"], 2)
+    m, n = b.sub(i1, i0), b.sub(j1, j0)
+    # the task's block: rows i0.. of A (a column offset when A is stored transposed) and C,
+    # columns j0.. of B (a row offset when B is stored transposed) and C
+    a = _elem(b, a, b.select(ta, i0, b.mul(i0, d["lda"])))
+    bm = _elem(b, bm, b.select(tb, b.mul(j0, d["ldb"]), j0))
+    c = _elem(b, c, b.add(b.mul(i0, d["ldc"]), j0))
+    bias = _elem(b, bias, b.add(b.mul(i0, d["bias_row_stride"]), b.mul(j0, d["bias_col_stride"])))
+    d = {**d, "m": m, "n": n}
 
     def one(i: ir.Value) -> None:
         ci = _elem(b, c, b.mul(i, d["stride_c"]))
@@ -154,7 +177,7 @@ def _sgemm(module: ir.Module) -> None:
                 b.call(callee, [I32(CBLAS_ROW_MAJOR), trans[0], trans[1], d["m"], d["n"], d["k"], alpha,
                                 ai, d["lda"], bi, d["ldb"], beta_i, ci, d["ldc"]])
 
-    _loop(b, I64(0), d["batch"], one)
+    _loop(b, b0, b1, one)
     b.ret_void()
 
 

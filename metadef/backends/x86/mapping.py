@@ -385,7 +385,10 @@ _Y = Arg("scratch", 1 << 20)  # the anchor's output before it has a scratch inde
 
 
 def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
-    return tuple(native.Call(c.address, tuple(new if a == old else a for a in c.args), c.dims, c.what, c.tasks)
+    def arg(a: Arg) -> Arg:
+        return Arg(new.kind, new.index, a.offset) if (a.kind, a.index) == (old.kind, old.index) else a
+
+    return tuple(native.Call(c.address, tuple(arg(a) for a in c.args), c.dims, c.what, c.tasks)
                  for c in step.calls)
 
 

@@ -29,7 +29,7 @@ import math
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +57,19 @@ Shape = tuple[int, ...]
 @dataclass(frozen=True)
 class Arg:
     """A pointer argument: ``in``/``out`` (the step's input / output ``index``), ``scratch``
-    (the step's scratch buffer ``index``), ``addr`` (a fixed address in ``index``) or ``null``."""
+    (the step's scratch buffer ``index``), ``addr`` (a fixed address in ``index``) or ``null``;
+    ``offset`` bytes past it (an image of a batch)."""
 
     kind: str
     index: int = 0
+    offset: int = 0
 
     def __repr__(self) -> str:
-        return f"{self.kind}{self.index}"
+        return f"{self.kind}{self.index}" + (f"+{self.offset}" if self.offset else "")
+
+    def at(self, offset: int) -> Arg:
+        """This argument ``offset`` more bytes along (null stays null)."""
+        return self if self.kind == "null" else Arg(self.kind, self.index, self.offset + offset)
 
 
 NULL = Arg("null")
@@ -123,6 +129,27 @@ ALIAS: Any = _Alias()
 """The lowering of a step whose (only) output is its first input's memory, reshaped."""
 
 
+_BINDING = threading.local()
+
+
+@contextlib.contextmanager
+def binding(threads: int) -> Iterator[None]:
+    """Lowerings called inside run on ``threads`` threads (see :func:`binding_threads`)."""
+    saved = getattr(_BINDING, "threads", 1)
+    _BINDING.threads = threads
+    try:
+        yield
+    finally:
+        _BINDING.threads = saved
+
+
+def binding_threads() -> int:
+    """The threads of the binding being prepared: a lowering whose routine runs on one thread
+    only (Winograd: its 16 products are sgemm calls inside it) is not chosen when there are
+    more, as the pool would idle through it."""
+    return int(getattr(_BINDING, "threads", 1))
+
+
 def needing(lower: Lowering, *routines: str) -> Lowering:
     """``lower``, marked with the native routines its calls use (``lower.needs``), so that a
     compile makes them ready and a run compiles nothing."""
@@ -146,8 +173,10 @@ def _f32_bits(x: float) -> int:
 def sgemm_dims(batch: int, m: int, n: int, k: int, *, trans_a: bool = False, trans_b: bool = False,
                lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
                strides: tuple[int, int, int] = (0, 0, 0), bias: tuple[int, int] | None = None,
-               alpha: float = 1.0, beta: float = 1.0) -> tuple[int, ...]:
-    """The dims of ``md_sgemm`` (row-major; ``bias``: its row and column strides).
+               alpha: float = 1.0, beta: float = 1.0, split: int = 0, task: int = 0,
+               tasks: int = 1) -> tuple[int, ...]:
+    """The dims of ``md_sgemm`` (row-major; ``bias``: its row and column strides; ``split``,
+    ``task``, ``tasks``: which share this call computes, see :data:`SGEMM_DIMS`).
 
     Example:
         >>> sgemm_dims(1, 2, 3, 4)[:7]
@@ -159,8 +188,40 @@ def sgemm_dims(batch: int, m: int, n: int, k: int, *, trans_a: bool = False, tra
               "trans_a": int(trans_a), "trans_b": int(trans_b), "stride_a": strides[0], "stride_b": strides[1],
               "stride_c": strides[2], "bias_row_stride": bias[0] if bias else 0,
               "bias_col_stride": bias[1] if bias else 0, "has_bias": int(bias is not None),
-              "alpha": _f32_bits(alpha), "beta": _f32_bits(beta)}
+              "alpha": _f32_bits(alpha), "beta": _f32_bits(beta), "split": split, "task": task, "tasks": tasks}
     return tuple(values[name] for name in SGEMM_DIMS)
+
+
+PARALLEL_FLOPS = 1 << 21
+"""An sgemm splits across threads when it has at least this many multiply-adds (~30 µs on
+one core here); below, the split costs more than it saves."""
+
+SPLIT_MIN = 16
+"""The fewest rows or columns of C a task of a split sgemm gets (a micro-panel of OpenBLAS)."""
+
+
+def sgemm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
+    """One ``md_sgemm`` call (``options``: the rest of :func:`sgemm_dims`) that splits across
+    the worker pool by batch, else by the columns or rows of C, whichever is wider.
+
+    Example:
+        >>> call = sgemm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 1, 128, 768, 768, "sgemm")
+        >>> [dims[-3:] for dims in call.tasks(2)]
+        [(1, 0, 2), (1, 1, 2)]
+    """
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or batch * m * n * k < PARALLEL_FLOPS:
+            return None
+        if batch >= count:
+            split = 0
+        elif max(m, n) >= SPLIT_MIN * count:
+            split = 1 if n >= m else 2
+        else:
+            return None
+        return [sgemm_dims(batch, m, n, k, **options, split=split, task=t, tasks=count) for t in range(count)]
+
+    return Call(native_function("md_sgemm"), args, sgemm_dims(batch, m, n, k, **options), what, tasks)
 
 
 def _bias_strides(shape: Shape, m: int, n: int) -> tuple[int, int] | str:
@@ -193,15 +254,13 @@ def matmul_lowering(a: Arg, b: Arg, out: Arg, dtype: np.dtype) -> Lowering:
         if len(sa) < 2 or len(sb) < 2:
             return "a 1-D MatMul operand"
         m, k, n = sa[-2], sa[-1], sb[-1]
+        args = (a, b, out, *_blas(), NULL, *_blas("sgemv"))
         if len(sb) == 2:
-            dims = sgemm_dims(1, math.prod(sa[:-1]), n, k)
-        elif sa[:-2] == sb[:-2]:
-            batch = math.prod(sa[:-2])
-            dims = sgemm_dims(batch, m, n, k, strides=(m * k, k * n, m * n))
-        else:
-            return f"MatMul batch axes {list(sa[:-2])} and {list(sb[:-2])} differ"
-        return NativeStep((Call(native_function("md_sgemm"), (a, b, out, *_blas(), NULL, *_blas("sgemv")),
-                                dims, "sgemm"),))
+            return NativeStep((sgemm_call(args, 1, math.prod(sa[:-1]), n, k, "sgemm"),))
+        if sa[:-2] == sb[:-2]:
+            return NativeStep((sgemm_call(args, math.prod(sa[:-2]), m, n, k, "sgemm",
+                                          strides=(m * k, k * n, m * n)),))
+        return f"MatMul batch axes {list(sa[:-2])} and {list(sb[:-2])} differ"
 
     return needing(lower, "md_sgemm")
 
@@ -247,10 +306,11 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
             if isinstance(found, str):
                 return found
             bias = found
-        dims = sgemm_dims(1, m, n, k, trans_a=trans_a, trans_b=b_trans, bias=bias, alpha=alpha, beta=beta)
         args = (sources[0], b_arg, out, *_blas(), sources[2] if bias is not None else NULL,
                 *_blas("sgemv"))
-        return NativeStep((Call(native_function("md_sgemm"), args, dims, "sgemm"),), (), keep)
+        call = sgemm_call(args, 1, m, n, k, "sgemm", trans_a=trans_a, trans_b=b_trans, bias=bias, alpha=alpha,
+                          beta=beta)
+        return NativeStep((call,), (), keep)
 
     return needing(lower, "md_sgemm")
 
@@ -359,7 +419,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
             return _depthwise(sx, sw, win, begin, end, sources, bias, out, dtype, depthwise)
         taps = kernel[0] * kernel[1]
         if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) and group == 1 \
-                and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8:
+                and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8 and binding_threads() == 1:
             if not transformed:
                 transformed.append(winograd_weights(weight))
             step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0])
@@ -367,7 +427,11 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                 return step
         direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
         workspace = 0 if direct else (c // group) * taps * oh * ow * 4
-        if n == 1 and group == 1 and not direct and SPLIT_IM2COL:
+        if direct and group == 1:  # W [k, c] times each image's [c, h*w]: one batched sgemm
+            return NativeStep((sgemm_call((sources[1], sources[0], out, *_blas(), bias, *_blas("sgemv")), n, k,
+                                          h * w, c, "conv2d 1x1 sgemm", strides=(0, c * h * w, k * h * w),
+                                          bias=(1, 0) if bias is not NULL else None),))
+        if group == 1 and not direct and SPLIT_IM2COL:
             return _im2col_then_sgemm(sx, sw, kernel, win, begin, (oh, ow), sources, bias, out)
         values = {"n": n, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
                   "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
@@ -388,14 +452,15 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
 
 
 SPLIT_IM2COL = True
-"""One image's im2col runs as its own call, split over the channels across threads."""
+"""Each image's im2col runs as its own call, split over the channels across threads."""
 
 
 def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
                        out_hw: tuple[int, int], sources: Sequence[Arg], bias: Arg, out: Arg) -> NativeStep:
-    """One image: its im2col as its own call, which splits over the channels across threads,
-    then one sgemm with the bias broadcast along each output channel's row."""
-    _, c, h, w = sx
+    """Each image: its im2col as its own call, which splits over the channels across threads,
+    then one sgemm (split over the pixels) with the bias broadcast along each output channel's
+    row; one workspace serves every image in turn."""
+    n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
     taps, pixels = kernel[0] * kernel[1], oh * ow
@@ -409,12 +474,13 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
         return [tuple({**values, "task": t, "tasks": n}[d] for d in IM2COL_DIMS) for t in range(n)]
 
     cols = Arg("scratch", 0)
-    im2col = Call(native_function("md_im2col_task"), (sources[0], cols), tuple(values[d] for d in IM2COL_DIMS),
-                  "conv2d im2col", tasks)
-    dims = sgemm_dims(1, k, pixels, c * taps, bias=(1, 0) if bias is not NULL else None)
-    gemm = Call(native_function("md_sgemm"), (sources[1], cols, out, *_blas(), bias, *_blas("sgemv")), dims,
-                "conv2d sgemm")
-    return NativeStep((im2col, gemm), (c * taps * pixels * 4,))
+    calls = []
+    for i in range(n):
+        calls.append(Call(native_function("md_im2col_task"), (sources[0].at(4 * i * c * h * w), cols),
+                          tuple(values[d] for d in IM2COL_DIMS), "conv2d im2col", tasks))
+        calls.append(sgemm_call((sources[1], cols, out.at(4 * i * k * pixels), *_blas(), bias, *_blas("sgemv")), 1,
+                                k, pixels, c * taps, "conv2d sgemm", bias=(1, 0) if bias is not NULL else None))
+    return NativeStep(tuple(calls), (c * taps * pixels * 4,))
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
@@ -506,16 +572,14 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
             return f"the softmax kernel does not take these shapes ({e})"
         gemm, gemv = _blas(), _blas("sgemv")
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
-        qk = sgemm_dims(batch, m, n, d, trans_b=True, strides=(m * d, n * d, m * n), alpha=scale)
-        pv = sgemm_dims(batch, m, dv, n, strides=(m * n, n * dv, m * dv))
-        calls = (Call(native_function("md_sgemm"), (sources[0], sources[1], s_arg, *gemm, NULL, *gemv), qk,
-                      "attention scores"),
+        calls = (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d, "attention scores",
+                            trans_b=True, strides=(m * d, n * d, m * n), alpha=scale),
                  Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
                                         *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
                       tuple(dims), "attention softmax",
                       kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores])),
-                 Call(native_function("md_sgemm"), (p_arg, sources[2], out, *gemm, NULL, *gemv), pv,
-                      "attention values"))
+                 sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
+                            strides=(m * n, n * dv, m * dv)))
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
 
@@ -541,6 +605,7 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
     return lower
 
 
-__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
+__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "binding",
+           "binding_threads", "conv_lowering",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "needs", "sgemm_dims", "timed_call", "winograd_weights"]
+           "needs", "sgemm_call", "sgemm_dims", "timed_call", "winograd_weights"]

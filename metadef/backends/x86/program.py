@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
-from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
+from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep, binding
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
@@ -182,8 +182,9 @@ class BoundProgram:
                 native = _copy_step(ins[0], outs[0])
             elif lowering is not None:
                 try:
-                    native = lowering([None if st is None else st.shape for st in ins], [o.shape for o in outs],
-                                      self.symbols)
+                    with binding(self.threads):
+                        native = lowering([None if st is None else st.shape for st in ins],
+                                          [o.shape for o in outs], self.symbols)
                 except MetadefError as e:
                     native = f"{type(e).__name__}: {e}"
             if isinstance(native, NativeStep):
@@ -223,11 +224,12 @@ class BoundProgram:
     def _assemble(self, lowered: list[tuple[NativeStep | str, list[_Storage | None], list[_Storage], list[int], int]],
                   types: list[Any]) -> None:
         self._n_inputs = len(self.exe.input_ids)
-        self.patches: list[tuple[Any, int, int]] = []  # (pointer array, slot, input position or outputs after)
+        # (pointer array, slot, input position or outputs after, byte offset)
+        self.patches: list[tuple[Any, int, int, int]] = []
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
         pending: list[tuple[int, list[int], list[list[int]]]] = []
-        pending_patches: list[tuple[int, int, str, int]] = []
+        pending_patches: list[tuple[int, int, str, int, int]] = []
         self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
         self.call_kinds: Counter[str] = Counter()
@@ -259,29 +261,30 @@ class BoundProgram:
         self.output_specs = [(st.shape, st.dtype) for st in self.output_storage]
 
     def _resolve(self, arg: Arg, ins: list[_Storage | None], outs: list[_Storage], scratch: list[int],
-                 call: int, slot: int, patches: list[tuple[int, int, str, int]]) -> int:
+                 call: int, slot: int, patches: list[tuple[int, int, str, int, int]]) -> int:
         if arg.kind == "null":
             return 0
         if arg.kind == "addr":
-            return arg.index
+            return arg.index + arg.offset
         if arg.kind == "scratch":
-            return self.base + self.offsets[scratch[arg.index]]
+            return self.base + self.offsets[scratch[arg.index]] + arg.offset
         st = ins[arg.index] if arg.kind == "in" else outs[arg.index]
         address = self._address(st)
         if address is None:
             assert st is not None
-            patches.append((call, slot, st.kind, st.index))
+            patches.append((call, slot, st.kind, st.index, arg.offset))
             return 0
-        return address
+        return address + arg.offset if address else address
 
     def _flush(self, pending: list[tuple[int, list[int], list[list[int]]]],
-               patches: list[tuple[int, int, str, int]]) -> None:
+               patches: list[tuple[int, int, str, int, int]]) -> None:
         if not pending:
             return
         segment = _Segment(pending, self.pool)
         self.segments.append(segment)
-        for call, slot, kind, position in patches:
-            self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position))
+        for call, slot, kind, position, offset in patches:
+            self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position,
+                                 offset))
 
     # --------------------------------------------------------------------------- running
 
@@ -289,8 +292,8 @@ class BoundProgram:
         """Run on contiguous ``inputs`` (graph order) into contiguous ``outputs``."""
         if self.patches:
             addresses = [a.__array_interface__["data"][0] if a.size else _EMPTY_ADDRESS for a in (*inputs, *outputs)]
-            for array, slot, position in self.patches:
-                array[slot] = addresses[position]
+            for array, slot, position, offset in self.patches:
+                array[slot] = addresses[position] + offset
         for native, work in self._work:
             if native:
                 work[0](*work[1])

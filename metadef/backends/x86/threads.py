@@ -7,8 +7,12 @@ compare-and-swap, and the caller waits for the last one (see
 :func:`metadef.codegen.native._pool_module`). Idle workers spin a few microseconds, then
 sleep on a futex.
 
-``set_threads(n)`` is process-wide, as OpenBLAS's thread count is: it sets both, so BLAS
-calls and generated code agree. The default is OpenBLAS's own (the machine's cores).
+``set_threads(n)`` is process-wide. There is one pool: the sgemm calls of a program split
+across it like the generated kernels (see :func:`metadef.backends.x86.native.sgemm_call`), and
+OpenBLAS itself is set to one thread, as its own workers would spin for their next call on
+the cores the pool computes on (with two pools on two cores, a run slowed down up to 5x when
+another process took a core). numpy's matmul elsewhere in the process is then single-threaded
+too. The default is the cores this process may run on.
 
 Example:
     >>> set_threads(2)
@@ -19,7 +23,9 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import os
 import threading
 
 from metadef.backends.x86.contractions import blas_threads, set_blas_threads
@@ -74,20 +80,26 @@ def worker_pool(threads: int) -> WorkerPool:
 
 
 def set_threads(n: int) -> None:
-    """Threads for generated code and for OpenBLAS, process-wide."""
-    set_blas_threads(n)
+    """Threads for native programs, process-wide (OpenBLAS: one; the pool runs its calls)."""
+    if n < 1:
+        raise BackendError(f"threads={n}: give a positive number of threads")
+    _single_threaded_blas()
     _THREADS[:] = [n]
 
 
 def current_threads() -> int:
-    """The thread count native programs bind with (:func:`set_threads`, else OpenBLAS's
-    when this process first asked: read once, it costs a look at the loaded libraries)."""
+    """The thread count native programs bind with (:func:`set_threads`, else the cores this
+    process may run on)."""
     if not _THREADS:
-        try:
-            _THREADS.append(max(1, blas_threads()))
-        except BackendError:
-            _THREADS.append(1)
+        _single_threaded_blas()
+        _THREADS.append(max(1, len(os.sched_getaffinity(0))))
     return _THREADS[0]
+
+
+def _single_threaded_blas() -> None:
+    with contextlib.suppress(BackendError):  # no OpenBLAS: nothing spins
+        if blas_threads() != 1:
+            set_blas_threads(1)
 
 
 @atexit.register
