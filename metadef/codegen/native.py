@@ -15,6 +15,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_winograd3x3``: a 3x3 stride-1 conv as Winograd F(2x2, 3x3) around 16 sgemm.
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
   activation applied before the store (:mod:`.native_gemm`).
+- ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
+  (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`).
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
@@ -57,7 +59,7 @@ from metadef.codegen.native_conv import (
     winograd_workspace,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
-from metadef.codegen.native_gemm import CONV1X1_DIMS, _conv1x1
+from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _gemm
 from metadef.codegen.native_ir import (
     _SGEMM,
     _SGEMV,
@@ -190,6 +192,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_winograd3x3": _winograd,
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
+    "md_gemm": _gemm,
     "md_depthwise": _depthwise,
     "md_run_tasks": _pool_module,
 }
@@ -254,6 +257,6 @@ def _build(name: str) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "DEPTHWISE_DIMS", "ENTRY", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL",
-           "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "native_function",
-           "native_module", "winograd_workspace"]
+__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS",
+           "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
+           "native_function", "native_module", "winograd_workspace"]

@@ -193,7 +193,7 @@ def stack_floats(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[in
 
     Example:
         >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1))
-        3712
+        3828
     """
     span = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1]) + 8
     return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0])

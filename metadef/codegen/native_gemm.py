@@ -1,4 +1,5 @@
-"""Our own GEMM micro-kernel for pointwise (1x1) convolutions, with the epilogue fused at store.
+"""Our own GEMM micro-kernel, with the epilogue fused at store: pointwise (1x1) convolutions
+(``md_conv1x1``) and products with constant weights (``md_gemm``).
 
 ``md_conv1x1`` computes, for each image ``i``, output channel ``r`` and pixel ``j``::
 
@@ -14,7 +15,13 @@ output as a separate epilogue kernel would make. A last partial block of pixels 
 the block ending at ``p`` (overlapping the previous one, which writes the same values), so
 ``p >= NR`` is required.
 
-The blocks are walked pixels-outer (``order = 0``: one ``cin x NR`` panel of ``x`` stays in L1
+``md_gemm`` computes ``y = clip(x W + bias, lo, hi)`` for ``x [m, k]`` and constant ``W [k, n]``
+packed in panels of 16 columns (``[ceil(n/16), k, 16]``, :func:`pack_gemm_weights`): each
+panel stays in cache while the rows of ``x`` pass in tiles of up to 6 (a batch of 8 rows is one
+6-row and one 2-row tile), the bias is added per column and a last narrower panel is stored
+lane by lane. Tasks split the panels.
+
+The blocks of ``md_conv1x1`` are walked pixels-outer (``order = 0``: one ``cin x NR`` panel of ``x`` stays in L1
 while every weight panel passes) or channels-outer (``order = 1``: one weight panel stays while
 the pixels pass, for convs whose weights outweigh their input); task ``task`` of ``tasks`` takes
 its share of the outer blocks of all images, so a call splits across threads.
@@ -45,6 +52,10 @@ from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, 
 
 MR, NR = 6, 16
 """The register tile: output channels x pixels (two 8-float vectors a channel)."""
+
+GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks")
+"""The dims of ``md_gemm``: args are ``[x [m, k], packed weights, bias [ceil(n/16)*16], y [m, n]]``;
+task ``task`` of ``tasks`` computes its share of the 16-column panels."""
 
 CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "task", "tasks")
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
@@ -89,68 +100,106 @@ def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
-def _tile(module: ir.Module) -> ir.Function:
-    """``tile(x, p, w, cin, y, res, bias, rows, lo, hi)``: one MR x NR block of the output."""
-    fma = ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]), "llvm.fma.v8f32")
-    params = [PTR, I64, PTR, I64, PTR, PTR, PTR, I64, F32, F32]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), "md_conv1x1_tile")
+def _bounded(b: ir.IRBuilder, v: ir.Value, low: ir.Value, high: ir.Value) -> ir.Value:
+    """``min(max(v, low), high)`` lane by lane, NaN kept (as numpy's clip)."""
+    v = b.select(b.fcmp_ordered("<", v, low), low, v)
+    return b.select(b.fcmp_ordered(">", v, high), high, v)
+
+
+def _fma(module: ir.Module) -> ir.Function:
+    name = "llvm.fma.v8f32"
+    found = module.globals.get(name)
+    return found if found is not None else ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]), name)
+
+
+def _tile(module: ir.Module, name: str, mr: int, column_bias: bool) -> ir.Function:
+    """``tile(v, v_step, s, s_row, s_step, depth, y, y_row, res, bias, rows, cols, lo, hi)``: an
+    ``mr`` x 16 block of ``y`` = the sum over ``depth`` steps of a broadcast scalar of ``s`` (row
+    ``r``: ``s[r*s_row + k*s_step]``) times the 16 floats at ``v + k*v_step``; then the bias (a
+    float per row, or with ``column_bias`` 16 per column), the residual ``res`` (rows ``y_row``
+    apart; null: none) and the bounds, and one store of the first ``rows`` rows and ``cols``
+    columns."""
+    fma = _fma(module)
+    params = [PTR, I64, PTR, I64, I64, I64, PTR, I64, PTR, PTR, I64, I64, F32, F32]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
-    for i in (0, 2, 4, 5, 6):
+    for i in (0, 2, 6, 8, 9):
         fn.args[i].add_attribute("noalias")
-    x, p, w, cin, y, res, bias, rows, lo, hi = fn.args
+    v, v_step, s, s_row, s_step, depth, y, y_row, res, bias, rows, cols, lo, hi = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(V8, [0.0] * 8)
     pre = b.block
     head = b.append_basic_block("k")
     done = b.append_basic_block("store")
-    b.cbranch(b.icmp_signed("<", I64(0), cin), head, done)
+    b.cbranch(b.icmp_signed("<", I64(0), depth), head, done)
     b.position_at_end(head)
     k = b.phi(I64)
     k.add_incoming(I64(0), pre)
-    acc = [[b.phi(V8) for _ in range(2)] for _ in range(MR)]
+    acc = [[b.phi(V8) for _ in range(2)] for _ in range(mr)]
     for row in acc:
         for a in row:
             a.add_incoming(zero, pre)
-    src = _elem(b, x, b.mul(k, p))
-    xs = [b.load(_elem(b, src, I64(8 * h)), typ=V8, align=4) for h in range(2)]
-    panel = _elem(b, w, b.mul(k, I64(MR)))
+    src = _elem(b, v, b.mul(k, v_step))
+    vs = [b.load(_elem(b, src, I64(8 * h)), typ=V8, align=4) for h in range(2)]
+    scalars = _elem(b, s, b.mul(k, s_step))
     nxt = []
-    for r in range(MR):
-        a = _splat(b, b.load(_elem(b, panel, I64(r)), typ=F32))
-        nxt.append([b.call(fma, [a, xs[h], acc[r][h]]) for h in range(2)])
+    for r in range(mr):
+        a = _splat(b, b.load(_elem(b, scalars, b.mul(I64(r), s_row)), typ=F32))
+        nxt.append([b.call(fma, [a, vs[h], acc[r][h]]) for h in range(2)])
     k1 = b.add(k, I64(1))
     k.add_incoming(k1, b.block)
-    for r in range(MR):
+    for r in range(mr):
         for h in range(2):
             acc[r][h].add_incoming(nxt[r][h], b.block)
-    b.cbranch(b.icmp_signed("<", k1, cin), head, done)
+    b.cbranch(b.icmp_signed("<", k1, depth), head, done)
     b.position_at_end(done)
-    final = [[b.phi(V8) for _ in range(2)] for _ in range(MR)]
-    for r in range(MR):
+    final = [[b.phi(V8) for _ in range(2)] for _ in range(mr)]
+    for r in range(mr):
         for h in range(2):
             final[r][h].add_incoming(zero, pre)
             final[r][h].add_incoming(nxt[r][h], head)
     low, high = _splat(b, lo), _splat(b, hi)
     with_res = b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0))
-    for r in range(MR):
+    whole = b.icmp_signed("==", cols, I64(NR))
+    betas = [b.load(_elem(b, bias, I64(8 * h)), typ=V8, align=4) for h in range(2)] if column_bias else None
+    for r in range(mr):
         def store(r: int = r) -> None:
-            offset = b.mul(I64(r), p)
-            beta = _splat(b, b.load(_elem(b, bias, I64(r)), typ=F32))
-            for h in range(2):
-                at = b.add(offset, I64(8 * h))
-                v = b.fadd(final[r][h], beta)
-                v = b.fadd(v, b.select(with_res, b.load(_elem(b, res, at), typ=V8, align=4), zero))
-                v = b.select(b.fcmp_ordered("<", v, low), low, v)
-                v = b.select(b.fcmp_ordered(">", v, high), high, v)
-                b.store(v, _elem(b, y, at), align=4)
+            offset = b.mul(I64(r), y_row)
+            beta = betas or [_splat(b, b.load(_elem(b, bias, I64(r)), typ=F32))] * 2
+            out = [b.fadd(final[r][h], beta[h]) for h in range(2)]
+
+            def plus_residual() -> None:  # a residual is read only where there is one
+                for h in range(2):
+                    at = b.add(offset, I64(8 * h))
+                    total = b.fadd(out[h], b.load(_elem(b, res, at), typ=V8, align=4))
+                    b.store(_bounded(b, total, low, high), _elem(b, y, at), align=4)
+
+            def alone() -> None:
+                with b.if_else(whole) as (full, part):
+                    with full:
+                        for h in range(2):
+                            b.store(_bounded(b, out[h], low, high), _elem(b, y, b.add(offset, I64(8 * h))), align=4)
+                    with part:  # a last, narrower block of columns: lane by lane
+                        for h in range(2):
+                            bounded = _bounded(b, out[h], low, high)
+                            for lane in range(8):
+                                col = I64(8 * h + lane)
+                                with b.if_then(b.icmp_signed("<", col, cols)):
+                                    b.store(b.extract_element(bounded, I32(lane)), _elem(b, y, b.add(offset, col)))
+
+            with b.if_else(with_res) as (then, otherwise):
+                with then:
+                    plus_residual()
+                with otherwise:
+                    alone()
         _if(b, b.icmp_signed("<", I64(r), rows), store)
     b.ret_void()
     return fn
 
 
 def _conv1x1(module: ir.Module) -> None:
-    tile = _tile(module)
+    tile = _tile(module, "md_conv1x1_tile", MR, column_bias=False)
     b, args, dims = _define(module, "md_conv1x1")
     x, w, bias, res, y = (_arg(b, args, i, PTR) for i in range(5))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(CONV1X1_DIMS)}
@@ -180,10 +229,9 @@ def _conv1x1(module: ir.Module) -> None:
             j0 = b.select(b.icmp_signed(">", b.add(j0, I64(NR)), p), b.sub(p, I64(NR)), j0)
             r0 = b.mul(rb, I64(MR))
             at = b.add(yi, b.add(b.mul(r0, p), j0))
-            rows = b.sub(cout, r0)
-            b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(MR)))), cin,
-                          _elem(b, y, at), b.select(has_res, _elem(b, res, at), null),
-                          _elem(b, bias, r0), rows, lo, hi])
+            b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(MR)))), I64(1), I64(MR), cin,
+                          _elem(b, y, at), p, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
+                          b.sub(cout, r0), I64(NR), lo, hi])
 
         _loop(b, I64(0), inner, one)
 
@@ -191,4 +239,71 @@ def _conv1x1(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["CONV1X1_DIMS", "MR", "NR", "conv1x1_dims", "pack_conv1x1_weights"]
+def pack_gemm_weights(w: np.ndarray) -> np.ndarray:
+    """``W [k, n]`` in the panels ``md_gemm`` reads: ``[ceil(n/16), k, 16]``, zero-padded.
+
+    Example:
+        >>> pack_gemm_weights(np.ones((3, 20), np.float32)).shape
+        (2, 3, 16)
+    """
+    k, n = w.shape
+    panels = -(-n // NR)
+    padded = np.zeros((k, panels * NR), np.float32)
+    padded[:, :n] = w
+    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
+
+
+def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math.inf, task: int = 0,
+              tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_gemm`` call (see :data:`GEMM_DIMS`).
+
+    Example:
+        >>> gemm_dims(8, 512, 784)[:3]
+        (8, 512, 784)
+    """
+    values = {"m": m, "n": n, "k": k, "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks}
+    return tuple(values[d] for d in GEMM_DIMS)
+
+
+def _gemm(module: ir.Module) -> None:
+    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True) for mr in range(1, MR + 1)}
+    b, args, dims = _define(module, "md_gemm")
+    x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GEMM_DIMS)}
+    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
+    m, n, k = d["m"], d["n"], d["k"]
+    panels = b.sdiv(b.add(n, I64(NR - 1)), I64(NR))
+    first = b.sdiv(b.mul(panels, d["task"]), d["tasks"])
+    last = b.sdiv(b.mul(panels, b.add(d["task"], I64(1))), d["tasks"])
+    null = ir.Constant(PTR, None)
+
+    def panel(q: ir.Value) -> None:
+        j0 = b.mul(q, I64(NR))
+        cols = b.sub(n, j0)
+        cols = b.select(b.icmp_signed(">", cols, I64(NR)), I64(NR), cols)
+        wq = _elem(b, w, b.mul(q, b.mul(k, I64(NR))))
+
+        def rows_from(r0: ir.Value, mr: int) -> None:
+            b.call(tiles[mr], [wq, I64(NR), _elem(b, x, b.mul(r0, k)), k, I64(1), k,
+                               _elem(b, y, b.add(b.mul(r0, n), j0)), n, null, _elem(b, bias, j0), I64(mr), cols,
+                               lo, hi])
+
+        full = b.sdiv(m, I64(MR))
+        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(MR)), MR))
+        rest = b.sub(m, b.mul(full, I64(MR)))
+        after = b.append_basic_block("rows_done")
+        cases = {mr: b.append_basic_block(f"rows{mr}") for mr in range(1, MR)}
+        switch = b.switch(rest, after)
+        for mr, block in cases.items():
+            switch.add_case(I64(mr), block)
+            b.position_at_end(block)
+            rows_from(b.mul(full, I64(MR)), mr)
+            b.branch(after)
+        b.position_at_end(after)
+
+    _loop(b, first, last, panel)
+    b.ret_void()
+
+
+__all__ = ["CONV1X1_DIMS", "GEMM_DIMS", "MR", "NR", "conv1x1_dims", "gemm_dims", "pack_conv1x1_weights",
+           "pack_gemm_weights"]

@@ -12,13 +12,13 @@ Example:
     >>> import numpy as np
     >>> from metadef.ir import parse_graph
     >>> g = parse_graph('''graph g(%x: f32[1,8,4,4], %r: f32[1,4,4,4]) -> (%z) {
-    ...   %w: f32[4,8,1,1] = const 0.5
+    ...   %w: f32[4,8,1,1] = const
     ...   %y: f32[1,4,4,4] = Conv(%x, %w) @conv
     ...   %s: f32[1,4,4,4] = Add(%y, %r) @add
     ...   %z: f32[1,4,4,4] = Relu(%s) @relu
-    ...   return %z }''')
+    ...   return %z }''', constants={"w": np.full((4, 8, 1, 1), 0.5, np.float32)})
     >>> epilogue_form(g.nodes[1:], g.nodes[0].outputs[0], g.outputs[0])
-    (%r, 0.0, inf)
+    (Value(%r: f32[1,4,4,4]), 0.0, inf)
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def epilogue_form(nodes: Sequence[Node], y: Value, out: Value) -> tuple[Value | 
     """``(residual, lo, hi)`` when ``nodes`` compute ``out = clip(y (+ residual), lo, hi)`` from
     ``y`` (Add of a same-shaped tensor, then at most one Relu or Clip with constant bounds),
     else None."""
-    current, residual, lo, hi = y, None, -math.inf, math.inf
+    current, residual = y, None
     ops = list(nodes)
-    if ops and ops[0].op == "Add" and residual is None:
+    if ops and ops[0].op == "Add":
         a, b = ops[0].inputs
         other = b if a is current else a if b is current else None
         if other is None or other is current or other.type is None or current.type is None \
@@ -85,6 +85,14 @@ def epilogue_form(nodes: Sequence[Node], y: Value, out: Value) -> tuple[Value | 
             return None
         residual, current = other, ops[0].outputs[0]
         ops = ops[1:]
+    found = activation_form(ops, current, out)
+    return None if found is None else (residual, *found)
+
+
+def activation_form(nodes: Sequence[Node], y: Value, out: Value) -> tuple[float, float] | None:
+    """``(lo, hi)`` when ``nodes`` are nothing (``out`` is ``y``), one Relu, or one Clip with
+    constant bounds, from ``y`` to ``out``; else None."""
+    lo, hi, current, ops = -math.inf, math.inf, y, list(nodes)
     if ops and ops[0].op in ("Relu", "Clip") and ops[0].inputs[0] is current:
         if ops[0].op == "Relu":
             lo = 0.0
@@ -95,11 +103,10 @@ def epilogue_form(nodes: Sequence[Node], y: Value, out: Value) -> tuple[Value | 
                 return None
             lo = -math.inf if found[0] is None else found[0]
             hi = math.inf if found[1] is None else found[1]
-        current = ops[0].outputs[0]
-        ops = ops[1:]
+        current, ops = ops[0].outputs[0], ops[1:]
     if ops or current is not out:
         return None
-    return residual, lo, hi
+    return lo, hi
 
 
 def pointwise(attrs: Mapping[str, Any], weight: np.ndarray | None, dtype: np.dtype) -> bool:
@@ -236,4 +243,5 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
     return needing(lower, *needs(otherwise), "md_depthwise")
 
 
-__all__ = ["conv1x1_step", "depthwise3x3", "depthwise_lowering", "epilogue_form", "pointwise", "pointwise_lowering"]
+__all__ = ["activation_form", "conv1x1_step", "depthwise3x3", "depthwise_lowering", "epilogue_form", "pointwise",
+           "pointwise_lowering"]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86 import conv1x1, native
+from metadef.backends.x86 import conv1x1, gemm, native
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -279,13 +279,13 @@ def contraction_group(node: Node) -> Choice | str:
         return how
     consts = [const if pos is None else node.inputs[pos].const for pos, const in split.anchor_sources]
     if split.body is None:
-        return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None, consts))
+        return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None, consts, node))
     kernel = _compiled(lambda: compile_group(split.body, f"{node.name}/epilogue"))
     if isinstance(kernel, str):
         return Choice(_with_epilogue(fn, split, None), "blas+reference epilogue",
                       f"{how}; epilogue on the reference: {kernel}", fallback=True)
     return Choice(_with_epilogue(fn, split, kernel), "blas+generated epilogue", f"{how}; epilogue: one LLVM kernel",
-                  native=_group_lowering(split, kernel, consts))
+                  native=_group_lowering(split, kernel, consts, node))
 
 
 def _with_epilogue(fn: blas.ContractionFn, split: Epilogue, kernel: Any) -> StepKernel:
@@ -364,9 +364,11 @@ def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
 
 native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.ndarray | None]],
                                         Lowering | None]] = {
-    "MatMul": lambda node, src, out, consts: native.matmul_lowering(src[0], src[1], out, _dtype_of(node)),
-    "Gemm": lambda node, src, out, consts: native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node),
-                                                                consts[1] if len(consts) > 1 else None),
+    "MatMul": lambda node, src, out, consts: gemm.product_lowering(
+        node, consts, src[0], out, None, native.matmul_lowering(src[0], src[1], out, _dtype_of(node))),
+    "Gemm": lambda node, src, out, consts: gemm.product_lowering(
+        node, consts, src[0], out, None,
+        native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node), consts[1] if len(consts) > 1 else None)),
     "Conv": lambda node, src, out, consts: _conv_lowering(node, src, out, consts),
     "ai.metadef::Attention": _native_attention,
 }
@@ -392,8 +394,10 @@ def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
                  for c in step.calls)
 
 
-def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | None]) -> Lowering | None:
-    """A contraction group natively: the anchor's calls, then the epilogue kernel's."""
+def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | None], node: Node
+                    ) -> Lowering | None:
+    """A contraction group (the Fused ``node``) natively: the anchor's calls, then the epilogue
+    kernel's; or one call of our own kernels where the epilogue fits in their stores."""
     keep = [None if const is None else np.ascontiguousarray(const) for _, const in split.anchor_sources]
     sources = [Arg("in", pos) if pos is not None else NULL if const is None else Arg("addr", const.ctypes.data)
                for (pos, _), const in zip(split.anchor_sources, keep)]
@@ -438,18 +442,31 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
         return NativeStep(tuple(calls), tuple(scratch), (*step.keep, keep, kernel))
 
     lower = native.needing(lower, *native.needs(anchor), "md_copy")
-    fused = _conv_epilogue(split, sources, consts, lower)
+    fused = _fused_epilogue(split, sources, consts, node, lower)
     return lower if fused is None else fused
 
 
-def _conv_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np.ndarray | None],
-                   otherwise: Lowering) -> Lowering | None:
-    """A conv group whose epilogue is ``act(y + residual)`` (``act``: Relu, Clip or nothing),
-    anchored by a pointwise conv (``md_conv1x1``) or a 3x3 depthwise conv without residual
-    (``md_depthwise``): one call writing the group's output (``otherwise`` where that does not
-    pay), else None."""
+def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np.ndarray | None], node: Node,
+                    otherwise: Lowering) -> Lowering | None:
+    """A group whose epilogue fits in the stores of one of our kernels, as one call writing the
+    group's output (``otherwise`` where that does not pay), else None: a conv whose epilogue is
+    ``act(y + residual)`` (``act``: Relu, Clip or nothing) anchored by a pointwise conv
+    (``md_conv1x1``) or a 3x3 depthwise conv without residual (``md_depthwise``); a product
+    with constant weights whose epilogue is ``act(y + bias)`` (``md_gemm``)."""
     anchor, body = split.anchor, split.body
-    if anchor.op != "Conv" or body is None or split.anchor_positions or len(split.epilogue_positions) != 1:
+    if body is None or split.anchor_positions or len(split.epilogue_positions) != 1:
+        return None
+    if anchor.op in ("MatMul", "Gemm") and _dtype_of(anchor) == np.float32:
+        # the body's inputs past the anchor's output are the Fused node's inputs: their values
+        known = {id(v): node.inputs[pos].const for v, pos in zip(body.inputs[1:], split.input_positions)
+                 if node.inputs[pos] is not None}
+        products = gemm.bias_form(body.nodes, body.inputs[0], body.outputs[0], known)
+        if products is None:
+            return None
+        lowered = gemm.product_lowering(anchor, consts, sources[0], Arg("out", split.epilogue_positions[0]),
+                                        products, otherwise)
+        return None if lowered is otherwise else lowered
+    if anchor.op != "Conv":
         return None
     form = conv1x1.epilogue_form(body.nodes, body.inputs[0], body.outputs[0])
     if form is None:

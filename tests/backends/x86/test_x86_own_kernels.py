@@ -1,6 +1,7 @@
 """Our own native kernels against float64 numpy and the reference backend: the pointwise-conv
-micro-kernel ``md_conv1x1`` (epilogue fused) and the 3x3 depthwise ``md_depthwise``, called
-directly on random shapes and through compiled graphs whose fused groups they run."""
+micro-kernel ``md_conv1x1`` (epilogue fused), the 3x3 depthwise ``md_depthwise`` and the
+product ``md_gemm``, called directly on random shapes and through compiled graphs whose fused
+groups they run."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import metadef as md
 from metadef.backends.x86 import conv1x1
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_depthwise import depthwise_dims
-from metadef.codegen.native_gemm import NR, conv1x1_dims, pack_conv1x1_weights
+from metadef.codegen.native_gemm import NR, conv1x1_dims, gemm_dims, pack_conv1x1_weights, pack_gemm_weights
 from metadef.ir import GraphBuilder
 from metadef.shape import parse_type
 
@@ -138,3 +139,57 @@ def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPat
         assert "epilogue" not in kinds  # every epilogue went into a kernel's stores
     else:
         assert not any("own kernel" in k for k in kinds)
+
+
+@pytest.mark.parametrize(("m", "n", "k", "bounds", "tasks"), [
+    (8, 512, 78, (0.0, math.inf), 1),
+    (1, 40, 33, (-math.inf, math.inf), 1),
+    (7, 10, 25, (-1.0, 1.0), 1),
+    (13, 33, 5, (0.0, 6.0), 3),
+    (6, 16, 1, (-math.inf, math.inf), 2),
+])
+def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float], tasks: int) -> None:
+    x = RNG.standard_normal((m, k), dtype=np.float32)
+    w = RNG.standard_normal((k, n), dtype=np.float32)
+    packed = pack_gemm_weights(w)
+    bias = np.zeros(packed.shape[0] * NR, np.float32)
+    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
+    y = np.full((m, n), np.nan, np.float32)
+    for t in range(tasks):
+        _call("md_gemm", [x, packed, bias, y], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks))
+    want = np.clip(x.astype(np.float64) @ w + bias[:n], *bounds)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def _mlp() -> md.Graph:
+    """Gemm (transB) + Relu; MatMul + Add(bias) + Clip; a plain Gemm with a [1, n] C."""
+    g = GraphBuilder("mlp")
+    x = g.input("x", parse_type("f32[n,20]"))
+    h, = g.node("Gemm", [x, g.const("w1", RNG.standard_normal((24, 20), dtype=np.float32)),
+                         g.const("b1", RNG.standard_normal(24, dtype=np.float32))], {"transB": 1})
+    h, = g.node("Relu", [h])
+    h, = g.node("MatMul", [h, g.const("w2", RNG.standard_normal((24, 17), dtype=np.float32))])
+    h, = g.node("Add", [h, g.const("b2", RNG.standard_normal(17, dtype=np.float32))])
+    h, = g.node("Clip", [h, g.const("lo", np.array(0.0, np.float32)), g.const("hi", np.array(6.0, np.float32))])
+    y, = g.node("Gemm", [h, g.const("w3", RNG.standard_normal((17, 5), dtype=np.float32)),
+                         g.const("b3", RNG.standard_normal((1, 5), dtype=np.float32))])
+    g.output(y)
+    return g.build()
+
+
+@pytest.mark.parametrize("prefer", ["own micro-kernel, epilogue fused", "sgemm"])
+def test_products_run_our_gemm(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from metadef.backends.x86 import gemm
+    monkeypatch.setattr(gemm, "PREFER", prefer)
+    graph = md.optimize(_mlp(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    for batch in (1, 8, 11):
+        feeds = {"x": RNG.standard_normal((batch, 20), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+    kinds = exe.executable.programs.bound({"n": 8}).call_kinds
+    if prefer == gemm.OWN:
+        assert kinds["gemm own kernel + epilogue"] == 3 and "epilogue" not in kinds, kinds
+    else:
+        assert not any("own kernel" in k for k in kinds), kinds

@@ -1,0 +1,182 @@
+"""Products with constant weights through our own micro-kernel, bias and activation in its stores.
+
+A float32 ``MatMul`` or ``Gemm`` (no ``transA``, ``alpha`` 1) whose weights are a constant matrix
+runs as one ``md_gemm`` call (:mod:`metadef.codegen.native_gemm`) when it measures faster than
+OpenBLAS on the binding's shapes: the weights packed once in 16-column panels, and the group's
+epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's ``C`` or an
+``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
+Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
+OpenBLAS's packing costs more than the product.
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import parse_graph
+    >>> g = parse_graph('''graph g(%x: f32[n,2]) -> (%z) {
+    ...   %w: f32[2,3] = const [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
+    ...   %b: f32[3] = const [1.0, 1.0, 1.0]
+    ...   %y: f32[n,3] = MatMul(%x, %w) @mm
+    ...   %s: f32[n,3] = Add(%y, %b) @add
+    ...   %z: f32[n,3] = Relu(%s) @relu
+    ...   return %z }''')
+    >>> bias, lo, hi = bias_form(g.nodes[1:], g.nodes[0].outputs[0], g.outputs[0])
+    >>> bias.tolist(), lo, hi
+    ([1.0, 1.0, 1.0], 0.0, inf)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86.conv1x1 import activation_form
+from metadef.backends.x86.native import (
+    NULL,
+    Arg,
+    Call,
+    Lowering,
+    NativeStep,
+    Shape,
+    measured_choice,
+    needing,
+    needs,
+    sgemm_dims,
+    timed_call,
+)
+from metadef.codegen.native import native_function
+from metadef.codegen.native_gemm import NR, gemm_dims, pack_gemm_weights
+from metadef.ir import Node, Value
+
+OWN = "own micro-kernel, epilogue fused"
+BLAS = "sgemm"
+
+PREFER: str | None = None
+"""Set to ``OWN`` or ``BLAS`` to take that path for every product without measuring (tests)."""
+
+MIN_WORK = 1 << 12
+"""Products with fewer multiply-adds than this take OpenBLAS without measuring (nothing to win)."""
+
+
+def weights_of(node: Node, consts: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """The constant ``W [k, n]`` of a MatMul (``x @ W``) or Gemm (``x W'``, no transA, alpha 1),
+    float32; None when the node is not such a product."""
+    w = consts[1] if len(consts) > 1 else None
+    if w is None or w.ndim != 2 or w.dtype != np.float32:
+        return None
+    if node.op == "MatMul":
+        return w
+    if node.op == "Gemm" and not node.attrs.get("transA") and float(node.attrs.get("alpha", 1.0)) == 1.0:
+        return w.T if node.attrs.get("transB") else w
+    return None
+
+
+def gemm_bias(node: Node, consts: Sequence[np.ndarray | None], n: int) -> np.ndarray | None:
+    """Gemm's ``beta * C`` as a bias per column (zeros for none, and for a MatMul), or None when
+    ``C`` is not a constant that broadcasts along the rows."""
+    if node.op != "Gemm" or len(node.inputs) < 3 or node.inputs[2] is None or float(node.attrs.get("beta", 1.0)) == 0:
+        return np.zeros(n, np.float32)
+    c = consts[2] if len(consts) > 2 else None
+    if c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1) or c.ndim > 2:
+        return None
+    return np.broadcast_to(np.asarray(c, np.float32).reshape(-1) * float(node.attrs.get("beta", 1.0)), (n,)).copy()
+
+
+def bias_form(nodes: Sequence[Node], y: Value, out: Value, known: Mapping[int, np.ndarray | None] | None = None
+              ) -> tuple[np.ndarray | None, float, float] | None:
+    """``(bias, lo, hi)`` when ``nodes`` compute ``out = clip(y (+ bias), lo, hi)`` from ``y``,
+    the bias a constant per column (an ``Add`` of a ``[n]`` or ``[1, n]`` constant: a constant
+    value, or one whose ``id`` ``known`` maps to its value), else None."""
+    ops, bias, current = list(nodes), None, y
+    if ops and ops[0].op == "Add":
+        a, b = ops[0].inputs
+        other = b if a is current else a if b is current else None
+        const = None if other is None else other.const if other.const is not None else (known or {}).get(id(other))
+        n = current.type.shape[-1] if current.type is not None and current.type.shape else None
+        if const is None or not isinstance(n, int) or np.size(const) not in (1, n) or np.ndim(const) > 2 \
+                or (np.ndim(const) == 2 and np.shape(const)[0] != 1):
+            return None
+        bias = np.broadcast_to(np.asarray(const, np.float32).reshape(-1), (n,)).copy()
+        current, ops = ops[0].outputs[0], ops[1:]
+    found = activation_form(ops, current, out)
+    return None if found is None else (bias, *found)
+
+
+def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds: tuple[float, float],
+                  otherwise: Lowering) -> Lowering:
+    """``clip(x @ weight + bias, bounds)`` as one ``md_gemm`` call writing ``out`` where it
+    measures faster than ``otherwise`` (OpenBLAS and the epilogue's pass), else ``otherwise``."""
+    packed: list[np.ndarray] = []
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        sx = inputs[0]
+        k, n = weight.shape
+        if sx is None or len(sx) < 2 or sx[-1] != k or math.prod(sx) == 0:
+            return otherwise(inputs, outputs, symbols)
+        m = math.prod(sx[:-1])
+        if not packed:
+            packed.append(pack_gemm_weights(weight))
+            padded = np.zeros(packed[0].shape[0] * NR, np.float32)
+            padded[:n] = bias
+            packed.append(padded)
+        if _measured(m, n, k, bounds, weight, packed) != OWN:
+            return otherwise(inputs, outputs, symbols)
+        panels = -(-n // NR)
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or m * n * k < 1 << 18 or panels < count:
+                return None
+            return [gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=count) for t in range(count)]
+
+        fused = " + epilogue" if bounds != (-math.inf, math.inf) or bias.any() else ""
+        call = Call(native_function("md_gemm"), (x, Arg("addr", packed[0].ctypes.data),
+                                                 Arg("addr", packed[1].ctypes.data), out),
+                    gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]), "gemm own kernel" + fused, tasks)
+        return NativeStep((call,), (), tuple(packed))
+
+    return needing(lower, *needs(otherwise), "md_gemm", "md_sgemm", "md_copy")
+
+
+def _measured(m: int, n: int, k: int, bounds: tuple[float, float], weight: np.ndarray,
+              packed: list[np.ndarray]) -> str:
+    """Ours (epilogue included) or OpenBLAS (the bias written first, sgemm, and for an
+    activation one more pass over the output, timed as a copy), measured once per shape."""
+    if PREFER is not None:
+        return PREFER
+    if m * n * k < MIN_WORK:
+        return BLAS
+    key = ("gemm", m, n, k, *bounds)
+    x = np.zeros((m, k), np.float32)
+    y = np.empty((m, n), np.float32)
+    z = np.empty((m, n), np.float32)
+    w = np.ascontiguousarray(weight)
+    own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed[0].ctypes.data, packed[1].ctypes.data,
+                                                  y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]))
+    sgemm = timed_call(native_function("md_sgemm"), [x.ctypes.data, w.ctypes.data, y.ctypes.data,
+                                                     blas.cblas_address("sgemm"), packed[1].ctypes.data,
+                                                     blas.cblas_address("sgemv")],
+                       sgemm_dims(1, m, n, k, bias=(0, 1)))
+    epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, z.ctypes.data], (y.nbytes,))
+    activation = bounds != (-math.inf, math.inf)
+    return measured_choice(key, {OWN: own, BLAS: (lambda: (sgemm(), epilogue())) if activation else sgemm})[0]
+
+
+def product_lowering(node: Node, consts: Sequence[np.ndarray | None], x: Arg, out: Arg,
+                     epilogue: tuple[np.ndarray | None, float, float] | None, otherwise: Lowering) -> Lowering:
+    """A MatMul/Gemm node (with its group's ``epilogue``: bias, bounds) through ``md_gemm``
+    where that can be, else ``otherwise`` unchanged."""
+    weight = weights_of(node, consts)
+    if weight is None or x is NULL:
+        return otherwise
+    n = weight.shape[1]
+    bias = gemm_bias(node, consts, n)
+    if bias is None:
+        return otherwise
+    extra, lo, hi = epilogue if epilogue is not None else (None, -math.inf, math.inf)
+    total = bias if extra is None else bias + extra
+    return gemm_lowering(np.ascontiguousarray(weight), total, x, out, (lo, hi), otherwise)
+
+
+__all__ = ["BLAS", "OWN", "bias_form", "gemm_bias", "gemm_lowering", "product_lowering", "weights_of"]
