@@ -197,6 +197,10 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_tasks": _pool_module,
 }
 
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_gemm", "md_depthwise"})
+"""Routines whose tiles are written out already: LLVM's unroller would only multiply their
+code (md_gemm: 0.36 s of LLVM with it)."""
+
 MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker")}
 """The symbols of a routine's module besides the routine (by the routine's name)."""
 
@@ -251,7 +255,7 @@ def _build(name: str) -> dict[str, int]:
         except BackendError:  # a damaged entry: compile it again
             pass
     module = f"md_native_{name}"
-    addresses = compile_ir(native_module(name), symbols, module)
+    addresses = compile_ir(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND)
     if store is not None:
         store.save(structure, name, KernelCode(name, object_code(module) or b"", (), (), (), ()))
     return addresses

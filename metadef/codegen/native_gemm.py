@@ -17,9 +17,9 @@ the block ending at ``p`` (overlapping the previous one, which writes the same v
 
 ``md_gemm`` computes ``y = clip(x W + bias, lo, hi)`` for ``x [m, k]`` and constant ``W [k, n]``
 packed in panels of 16 columns (``[ceil(n/16), k, 16]``, :func:`pack_gemm_weights`): each
-panel stays in cache while the rows of ``x`` pass in tiles of up to 6 (a batch of 8 rows is one
-6-row and one 2-row tile), the bias is added per column and a last narrower panel is stored
-lane by lane. Tasks split the panels.
+panel stays in cache while the rows of ``x`` pass in tiles of 6 rows, the last ones in tiles of
+4, 2 and 1 (a batch of 8 rows is one 6-row and one 2-row tile); the bias is added per column,
+and a last narrower panel is stored through 16 floats on the stack. Tasks split the panels.
 
 The blocks of ``md_conv1x1`` are walked pixels-outer (``order = 0``: one ``cin x NR`` panel of ``x`` stays in L1
 while every weight panel passes) or channels-outer (``order = 1``: one weight panel stays while
@@ -162,6 +162,9 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool) -> ir.Functi
     low, high = _splat(b, lo), _splat(b, hi)
     with_res = b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0))
     whole = b.icmp_signed("==", cols, I64(NR))
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    with b.goto_entry_block():
+        spill = b.alloca(V8, size=2)
     betas = [b.load(_elem(b, bias, I64(8 * h)), typ=V8, align=4) for h in range(2)] if column_bias else None
     for r in range(mr):
         def store(r: int = r) -> None:
@@ -180,13 +183,11 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool) -> ir.Functi
                     with full:
                         for h in range(2):
                             b.store(_bounded(b, out[h], low, high), _elem(b, y, b.add(offset, I64(8 * h))), align=4)
-                    with part:  # a last, narrower block of columns: lane by lane
+                    with part:  # a last, narrower block of columns: through 16 floats on the stack
                         for h in range(2):
-                            bounded = _bounded(b, out[h], low, high)
-                            for lane in range(8):
-                                col = I64(8 * h + lane)
-                                with b.if_then(b.icmp_signed("<", col, cols)):
-                                    b.store(b.extract_element(bounded, I32(lane)), _elem(b, y, b.add(offset, col)))
+                            b.store(_bounded(b, out[h], low, high), b.gep(spill, [I64(h)]), align=4)
+                        b.call(memcpy, [_elem(b, y, offset), b.bitcast(spill, PTR), b.mul(cols, I64(4)),
+                                        ir.IntType(1)(0)])
 
             with b.if_else(with_res) as (then, otherwise):
                 with then:
@@ -266,7 +267,7 @@ def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math
 
 
 def _gemm(module: ir.Module) -> None:
-    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True) for mr in range(1, MR + 1)}
+    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True) for mr in (MR, 4, 2, 1)}
     b, args, dims = _define(module, "md_gemm")
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GEMM_DIMS)}
@@ -290,16 +291,14 @@ def _gemm(module: ir.Module) -> None:
 
         full = b.sdiv(m, I64(MR))
         _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(MR)), MR))
-        rest = b.sub(m, b.mul(full, I64(MR)))
-        after = b.append_basic_block("rows_done")
-        cases = {mr: b.append_basic_block(f"rows{mr}") for mr in range(1, MR)}
-        switch = b.switch(rest, after)
-        for mr, block in cases.items():
-            switch.add_case(I64(mr), block)
-            b.position_at_end(block)
-            rows_from(b.mul(full, I64(MR)), mr)
-            b.branch(after)
-        b.position_at_end(after)
+        # the last rows (fewer than MR) by tiles of 4, 2 and 1 rows
+        r0 = b.mul(full, I64(MR))
+        rest = b.sub(m, r0)
+        for mr in (4, 2, 1):
+            with b.if_then(b.icmp_signed(">=", rest, I64(mr))):
+                rows_from(r0, mr)
+            taken = b.select(b.icmp_signed(">=", rest, I64(mr)), I64(mr), I64(0))
+            r0, rest = b.add(r0, taken), b.sub(rest, taken)
 
     _loop(b, first, last, panel)
     b.ret_void()

@@ -41,9 +41,10 @@ from metadef.backends.x86.native import (
     measured_choice,
     needing,
     needs,
+    sgemm_dims,
     timed_call,
 )
-from metadef.codegen.native import CONV2D_DIMS, native_function
+from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import depthwise_dims, stack_floats
 from metadef.codegen.native_gemm import NR, conv1x1_dims, pack_conv1x1_weights
 from metadef.ir import Node, Value
@@ -162,12 +163,9 @@ def _measured(cin: int, cout: int, p: int, residual: bool, bounds: tuple[float, 
     bias = np.zeros(cout, np.float32)
     w = np.ascontiguousarray(weight, np.float32)
     own = conv1x1_dims(1, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1])
-    values = {"n": 1, "c": cin, "h": p, "w": 1, "k": cout, "oh": p, "ow": 1, "kh": 1, "kw": 1, "sh": 1, "sw": 1,
-              "dh": 1, "dw": 1, "pt": 0, "pl": 0, "group": 1, "has_bias": 1}
-    gemm = blas.cblas_address("sgemm")
-    gemm = blas.cblas_address("sgemm")
-    sgemm = timed_call(native_function("md_conv2d"), [x.ctypes.data, w.ctypes.data, y.ctypes.data, 0, gemm,
-                                                      bias.ctypes.data], tuple(values[d] for d in CONV2D_DIMS))
+    sgemm = timed_call(native_function("md_sgemm"), [w.ctypes.data, x.ctypes.data, y.ctypes.data,
+                                                     blas.cblas_address("sgemm"), bias.ctypes.data, 0],
+                       sgemm_dims(1, cout, p, cin, bias=(1, 0)))
     # the BLAS path's epilogue is a kernel of its own: one more pass over the output
     epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, res.ctypes.data], (y.nbytes,))
     fused = residual or bounds != (-math.inf, math.inf)
@@ -193,7 +191,7 @@ def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bia
                 return step
         return otherwise(inputs, outputs, symbols)
 
-    return needing(lower, *needs(otherwise), "md_conv1x1", "md_conv2d")
+    return needing(lower, *needs(otherwise), "md_conv1x1", "md_sgemm", "md_copy")
 
 
 

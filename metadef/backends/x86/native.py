@@ -390,7 +390,8 @@ def timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Ca
 
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
                   depthwise: Callable[..., Any] | None, weight: np.ndarray | None = None) -> Lowering:
-    """A 2-D Conv: ``md_conv2d`` (im2col + sgemm) or, for a 3x3 stride-1 conv with constant
+    """A 2-D Conv: each image's im2col then a split sgemm (a 1x1 conv: one batched sgemm; a
+    grouped conv: ``md_conv2d``) or, for a 3x3 stride-1 conv with constant
     weights, ``md_winograd3x3`` when it measures faster on these shapes; for a depthwise
     conv ``md_pad2d`` and a generated window-sum kernel (``depthwise``: the node compiler)."""
     group = int(attrs.get("group") or 1)
@@ -442,10 +443,10 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                     "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
         return NativeStep((call,), (workspace,) if workspace else ())
 
-    routines = ["md_conv2d", "md_im2col_task", "md_sgemm"]
+    routines = ["md_im2col_task", "md_sgemm"]
     strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
     if group > 1:
-        routines.append("md_pad2d")
+        routines += ["md_pad2d", "md_conv2d"]
     elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         routines.append("md_winograd3x3")
     return needing(lower, *routines)
@@ -490,7 +491,7 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     k = sw[0]
     oh, ow = out_hw
     wino_dims = (n, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
-    conv_dims = (n, c, h, w, k, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 1, int(has_bias))
+    cols_dims = (c, h, w, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 0, 1)
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
     key = ("conv2d 3x3 per image", *wino_dims[1:])  # both loop over the images: timed on one
     x = np.zeros((1, *sx[1:]), np.float32)
@@ -499,13 +500,14 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     b = np.zeros(k, np.float32)
     work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
     gemm = blas.cblas_address("sgemm")
+    im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
+    product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
+                                                       b.ctypes.data, 0], sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
     winner, timings = measured_choice(key, {
         "winograd": timed_call(native_function("md_winograd3x3"),
-                                [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
-                                (1, *wino_dims[1:])),
-        "im2col": timed_call(native_function("md_conv2d"),
-                              [x.ctypes.data, wt.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
-                              (1, *conv_dims[1:]))})
+                               [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
+                               (1, *wino_dims[1:])),
+        "im2col": lambda: (im2col(), product())})
     if winner != "winograd":
         return None
     args = (sources[0], Arg("addr", u.ctypes.data), out, Arg("scratch", 0), *_blas(), bias)
