@@ -251,9 +251,12 @@ def _parse_inputs(specs: tuple[str, ...]) -> dict[str, np.ndarray]:
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="save each output as NAME.npy here")
 @click.option("--batch", default=1, show_default=True, help="batch of the example inputs (zoo models)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output (each output's stats, the times)")
+@progress_option
 @optimizer_options
-def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | None, batch: int,
-        level: str | None, no_fuse: tuple[str, ...], disable_rules: tuple[str, ...], debug_log: Path | None) -> None:
+def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | None, batch: int, as_json: bool,
+        progress: bool | None, level: str | None, no_fuse: tuple[str, ...], disable_rules: tuple[str, ...],
+        debug_log: Path | None) -> None:
     """Run a model on inputs from .npy files and print (or save) its outputs.
 
     Example: metadef run mlp.onnx --input x=x.npy -o out/ --optimize aggressive
@@ -262,20 +265,33 @@ def run(model: str, inputs: tuple[str, ...], target: str, output_dir: Path | Non
     feeds = _parse_inputs(inputs)
     if not feeds and model in md.zoo.names():
         feeds = md.zoo.describe(model).example_inputs(batch=batch)
-    sess = md.compile(g, target=target)
+    t0 = time.perf_counter()
+    with stage_bars(["compile"], show_progress(progress, as_json)) as bar:
+        options = {"progress": lambda done, total, _node: bar("compile", done, total)} if target == "x86" else {}
+        sess = md.compile(g, target=target, **options)
+    compile_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     elapsed = time.perf_counter() - t0
-    table = Table("output", "shape", "dtype", "min", "max", "mean")
+    rows = []
     for name, arr in outs.items():
         numeric = arr.dtype.kind in "fiub" and arr.size
-        stats = [f"{float(f(arr)):.5g}" for f in (np.min, np.max, np.mean)] if numeric else ["", "", ""]
-        table.add_row(escape(name), str(list(arr.shape)), str(arr.dtype), *stats)
+        stats = {k: float(f(arr)) for k, f in (("min", np.min), ("max", np.max), ("mean", np.mean))} if numeric \
+            else {}
+        rows.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype), **stats})
         if output_dir is not None:
             output_dir.mkdir(parents=True, exist_ok=True)
             np.save(output_dir / f"{name.replace('/', '_')}.npy", arr)
+    if as_json:
+        click.echo(json.dumps({"model": model, "target": target, "compile_ms": compile_ms,
+                               "run_ms": elapsed * 1e3, "outputs": rows}))
+        return
+    table = Table("output", "shape", "dtype", "min", "max", "mean")
+    for row in rows:
+        table.add_row(escape(row["name"]), str(row["shape"]), row["dtype"],
+                      *(f"{row[k]:.5g}" if k in row else "" for k in ("min", "max", "mean")))
     console.print(table)
-    console.print(f"ran on {target} in {elapsed * 1e3:.1f} ms")
+    console.print(f"compiled for {target} in {compile_ms:.0f} ms; ran in {elapsed * 1e3:.1f} ms")
 
 
 # --- demo --------------------------------------------------------------------------------

@@ -69,3 +69,16 @@ def test_run_with_optimize(tmp_path):
     r = CliRunner().invoke(main, ["run", "mlp", "--optimize", "aggressive", "--batch", "2"])
     assert r.exit_code == 0, r.output
     assert "probs" in r.output and "[2, 10]" in r.output
+
+
+def test_run_json_on_x86_matches_the_reference():
+    outs = {}
+    for target in ("reference", "x86"):
+        r = CliRunner().invoke(main, ["run", "mlp", "--target", target, "--batch", "3", "--json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        assert doc["target"] == target and doc["compile_ms"] >= 0 and doc["run_ms"] > 0
+        outs[target] = doc["outputs"][0]
+    assert outs["x86"]["shape"] == [3, 10] and outs["x86"]["dtype"] == "float32"
+    for stat in ("min", "max"):  # the same example inputs in both runs
+        assert abs(outs["x86"][stat] - outs["reference"][stat]) < 1e-5
