@@ -6,7 +6,8 @@ OpenBLAS on the binding's shapes: the weights packed once in 16-column panels, a
 epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's ``C`` or an
 ``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
 Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
-OpenBLAS's packing costs more than the product.
+OpenBLAS's packing costs more than the product; it is tried up to :data:`MAX_ROWS` rows, as it
+keeps a packed copy of the weights.
 
 Example:
     >>> import numpy as np
@@ -44,6 +45,7 @@ from metadef.backends.x86.native import (
     needs,
     sgemm_dims,
     timed_call,
+    transposed_once,
 )
 from metadef.codegen.native import native_function
 from metadef.codegen.native_gemm import NR, gemm_dims, pack_gemm_weights
@@ -57,6 +59,11 @@ PREFER: str | None = None
 
 MIN_WORK = 1 << 12
 """Products with fewer multiply-adds than this take OpenBLAS without measuring (nothing to win)."""
+
+MAX_ROWS = 32
+"""Products with more rows than this take OpenBLAS without measuring: there the two are level
+(128x768x768: 1.93 ms each), and ours would keep a second, packed copy of the weights (BERT-base:
+340 MB more). Below, OpenBLAS's packing costs more than the product (8 rows: ours ~1.7x faster)."""
 
 
 def weights_of(node: Node, consts: Sequence[np.ndarray | None]) -> np.ndarray | None:
@@ -116,6 +123,8 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         if sx is None or len(sx) < 2 or sx[-1] != k or math.prod(sx) == 0:
             return otherwise(inputs, outputs, symbols)
         m = math.prod(sx[:-1])
+        if PREFER is None and (m > MAX_ROWS or m * n * k < MIN_WORK):
+            return otherwise(inputs, outputs, symbols)
         if not packed:
             packed.append(pack_gemm_weights(weight))
             padded = np.zeros(packed[0].shape[0] * NR, np.float32)
@@ -145,13 +154,11 @@ def _measured(m: int, n: int, k: int, bounds: tuple[float, float], weight: np.nd
     activation one more pass over the output, timed as a copy), measured once per shape."""
     if PREFER is not None:
         return PREFER
-    if m * n * k < MIN_WORK:
-        return BLAS
     key = ("gemm", m, n, k, *bounds)
     x = np.zeros((m, k), np.float32)
     y = np.empty((m, n), np.float32)
     z = np.empty((m, n), np.float32)
-    w = np.ascontiguousarray(weight)
+    w = transposed_once(weight.T) if not weight.flags.c_contiguous else weight  # Gemm transB: the sgemm path's copy
     own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed[0].ctypes.data, packed[1].ctypes.data,
                                                   y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]))
     sgemm = timed_call(native_function("md_sgemm"), [x.ctypes.data, w.ctypes.data, y.ctypes.data,
@@ -176,7 +183,7 @@ def product_lowering(node: Node, consts: Sequence[np.ndarray | None], x: Arg, ou
         return otherwise
     extra, lo, hi = epilogue if epilogue is not None else (None, -math.inf, math.inf)
     total = bias if extra is None else bias + extra
-    return gemm_lowering(np.ascontiguousarray(weight), total, x, out, (lo, hi), otherwise)
+    return gemm_lowering(weight, total, x, out, (lo, hi), otherwise)
 
 
 __all__ = ["BLAS", "OWN", "bias_form", "gemm_bias", "gemm_lowering", "product_lowering", "weights_of"]

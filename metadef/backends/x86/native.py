@@ -29,6 +29,7 @@ import math
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,6 +271,27 @@ PRETRANSPOSE_BYTES = 64 << 20
 second copy of the weights): OpenBLAS's small-M sgemm is ~25 % faster on ``[K, N]``."""
 
 
+_TRANSPOSED: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+_TRANSPOSED_LOCK = threading.Lock()
+
+
+def transposed_once(weight: np.ndarray) -> np.ndarray:
+    """``weight.T`` as a contiguous copy, made once per weight array for every lowering that
+    reads it so (made when a binding first needs it, not at compile time).
+
+    Example:
+        >>> w = np.arange(6, dtype=np.float32).reshape(2, 3)
+        >>> transposed_once(w) is transposed_once(w), transposed_once(w).shape
+        (True, (3, 2))
+    """
+    with _TRANSPOSED_LOCK:
+        found = _TRANSPOSED.get(id(weight))
+        if found is None or found[0]() is not weight:
+            found = _TRANSPOSED[id(weight)] = (weakref.ref(weight), np.ascontiguousarray(weight.T))
+            weakref.finalize(weight, _TRANSPOSED.pop, id(weight), None)  # the copy lives as long as the weight
+        return found[1]
+
+
 def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
                   weight: np.ndarray | None = None) -> Lowering:
     """``alpha * A' B' + beta * C`` as one sgemm (C broadcast into the output first); a
@@ -279,7 +301,6 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
     pretranspose = trans_b and weight is not None and weight.ndim == 2 and weight.dtype == np.float32 \
         and weight.nbytes <= PRETRANSPOSE_BYTES
-    transposed: list[np.ndarray] = []  # made when a binding first needs it, not at compile time
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -293,9 +314,8 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         keep: tuple[Any, ...] = ()
         b_arg, b_trans = sources[1], trans_b
         if pretranspose:
-            if not transposed:
-                transposed.append(np.ascontiguousarray(weight.T))  # type: ignore[union-attr]
-            keep, b_arg, b_trans = (transposed[0],), Arg("addr", transposed[0].ctypes.data), False
+            copy = transposed_once(weight)  # type: ignore[arg-type]
+            keep, b_arg, b_trans = (copy,), Arg("addr", copy.ctypes.data), False
             sb = (sb[1], sb[0])  # the shape of the transposed copy
         m, k = (sa[1], sa[0]) if trans_a else sa
         n = sb[0] if b_trans else sb[1]
@@ -610,4 +630,4 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "binding",
            "binding_threads", "conv_lowering",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "needs", "sgemm_call", "sgemm_dims", "timed_call", "winograd_weights"]
+           "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once", "winograd_weights"]
