@@ -117,6 +117,9 @@ class MetaOp:
     adapt: Adapter | None = None
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    pure: bool = True
+    """False for an op whose outputs are not a function of its inputs and attributes (a random
+    draw without a seed): constant folding and common-subexpression elimination leave it be."""
 
     @property
     def qualname(self) -> str:
@@ -162,6 +165,7 @@ def metaop(
     domain: str = "",
     doc: str = "",
     register: bool = True,
+    pure: bool = True,
 ) -> MetaOp:
     """Declare (and by default register) a meta-op.
 
@@ -191,7 +195,7 @@ def metaop(
         name=name, domain=domain, interface=interface, rule=compiled,
         semantics=Semantics(semantics, reference),
         strategy=Strategy(role=role, layouts=layouts, parallel=parallel, workspace=workspace),
-        reads=reads, since=since, adapt=adapt, doc=doc,
+        reads=reads, since=since, adapt=adapt, doc=doc, pure=pure,
     )
     if register:
         REGISTRY.register(op)

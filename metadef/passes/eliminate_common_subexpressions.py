@@ -92,6 +92,8 @@ def _attr_key(value: Any) -> Hashable:
 
 
 def _node_key(node: Node) -> Hashable | None:
+    if not node.metaop.pure:  # two random draws are two different values
+        return None
     try:
         attrs = resolve_attrs(node.op, f"(node {node.name})", node.metaop.attrs, node.attrs)
     except MetadefError:

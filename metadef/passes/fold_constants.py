@@ -93,6 +93,8 @@ def _fold(m: Match, ed: GraphEditor, limit_bytes: int) -> Built:
     node = m.node("root")
     if not node.inputs or any(v is not None and v.const is None for v in node.inputs):
         return None
+    if not node.metaop.pure:
+        return Refusal(f"{node.qualop} draws new values on every run (not a function of its inputs)")
     arrays = [None if v is None else v.const for v in node.inputs]
     try:
         out_types = _concrete_types(node, arrays)

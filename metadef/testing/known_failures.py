@@ -14,6 +14,14 @@ _NOT_TENSOR = "the graph input is a sequence or an optional, not a tensor: not s
 _E8M0 = ("casting to float8e8m0 with round_mode rounds on exponent bits; ml_dtypes' conversion "
          "does not implement round_mode, and no exact vectorized formulation is written yet")
 
+_RANDOM = ("Bernoulli is random: the expected output is one unseeded numpy draw made when the case was "
+           "generated (even the seeded case's data ignores its seed), which no generator reproduces; ONNX "
+           "leaves the generator to the implementation (metadef's draws are checked for their distribution, "
+           "dtype and shape, and seeded ones repeat, in tests/ops/defs/test_random_ops.py)")
+_BF16_SUMS = ("the expected values come from numpy summing the softmax in bfloat16, rounding at every "
+              "addition; metadef sums bfloat16 in float32 and rounds once (more accurate): the outputs differ "
+              "by one bfloat16 step (0.004-0.008), coarser than the case's tolerance of 1e-3")
+
 KNOWN_FAILURES: dict[str, str] = {
     "test_batchnorm_example_training_mode": _TRAINING_BN,
     "test_batchnorm_epsilon_training_mode": _TRAINING_BN,
@@ -27,6 +35,12 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_identity_opt": _NOT_TENSOR,
     "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": _E8M0,
     "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": _E8M0,
+    **{f"test_bernoulli{case}": _RANDOM for case in ("", "_expanded", "_double", "_double_expanded", "_seed",
+                                                      "_seed_expanded")},
+    **{f"test_attention_{case}_bf16_expanded": _BF16_SUMS for case in (
+        "4d_causal", "4d_padded_kv", "4d_causal_padded_kv", "3d_causal")},
+    **{f"test_ai_onnx_ml_label_encoder_{case}": _STRING for case in (
+        "string_int", "string_int_no_default", "tensor_mapping", "tensor_value_only_mapping")},
 }
 
 # --- the ONNX model suites (metadef.testing.model_suites) ---------------------------------

@@ -134,3 +134,26 @@ def test_nothing_to_fold_in_the_zoo_cnns():
         ctx = PassContext()
         after = fold_constants(g, ctx)
         assert after.op_counts() == g.op_counts() and ctx.log.lines() == []
+
+
+def test_random_draws_are_neither_folded_nor_merged() -> None:
+    import numpy as np
+
+    import metadef as md
+    from metadef.ir import GraphBuilder
+    from metadef.shape import parse_type
+
+    b = GraphBuilder("draws")
+    x = b.input("x", parse_type("f32[2,3]"))
+    c = b.const("c", np.zeros((2, 3), np.float32))
+    d1, = b.node("RandomUniformLike", [c], name="first")
+    d2, = b.node("RandomUniformLike", [c], name="second")
+    s, = b.node("Add", [d1, d2])
+    y, = b.node("Add", [s, x])
+    b.output(y)
+    g = md.optimize(b.build(), level="aggressive")
+    assert sum(n.op == "RandomUniformLike" for n in g.nodes) == 2  # two draws, each at run time
+    sess = md.compile(g, target="reference")
+    feeds = {"x": np.zeros((2, 3), np.float32)}
+    first, second = sess.run(feeds)[y.name], sess.run(feeds)[y.name]
+    assert not np.array_equal(first, second) and ((first >= 0) & (first < 2)).all()

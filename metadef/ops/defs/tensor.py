@@ -54,6 +54,7 @@ from metadef.shape import (
     ceildiv,
     equal,
     floordiv,
+    format_shape,
     mul,
     sub,
 )
@@ -564,17 +565,34 @@ def _range_length(ctx: InferContext) -> Dim | None:
 
 
 def _range_rule(ctx: InferContext) -> list[Any]:
+    """Scalars; a one-element 1-D tensor is taken as one too, as ONNX Runtime does (ONNX's own
+    function bodies, AffineGrid's, pass them)."""
     for i in range(3):
-        if ctx.rank(i) not in (None, 0):
-            ctx.fail(f"input {i} must be a scalar, got rank {ctx.rank(i)}")
+        shape = ctx.shape(i)
+        if shape is not None and (len(shape) > 1 or (
+                len(shape) == 1 and isinstance(shape[0], int) and shape[0] != 1)):
+            ctx.fail(f"input {i} must be a scalar (or a one-element 1-D tensor), got shape "
+                     f"{format_shape(shape)}")
     n = _range_length(ctx)
     return [(ctx.fresh("range") if n is None else n,)]
+
+
+def _range_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> str:
+    """``output[i] = start + i * delta``, reading element 0 of one-element 1-D inputs.
+
+    Example:
+        >>> _range_semantics({}, [(), (1,), (1,)])
+        'output[i] = start[] + i * delta[0]'
+    """
+    start, delta = (f"{name}[{'0' if shape else ''}]"
+                    for name, shape in (("start", shapes[0]), ("delta", shapes[2])))
+    return f"output[i] = {start} + i * {delta}"
 
 
 Range = metaop(
     "Range", inputs=("start", "limit", "delta"), outputs=("output",),
     types="T in {float, int16, int32, int64}", rule=_range_rule,
-    semantics="output[i] = start[] + i * delta[]", role=Role.INJECTIVE, reads=(0, 1, 2),
+    semantics=_range_semantics, role=Role.INJECTIVE, reads=(0, 1, 2),
     since=(11,), doc="start, start + delta, ... up to (excluding) limit: "
                      "max(0, ceil((limit - start) / delta)) elements.",
 )

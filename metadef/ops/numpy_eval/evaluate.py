@@ -175,6 +175,12 @@ class _Evaluator:
             factors = [self.eval(f) for f in e.factors()]
             if _einsum_ready(factors):
                 return _einsum_sum(factors, names, self.ranges)
+            if _widenable(factors):  # float16/bfloat16 products: multiply and add in float32
+                dtype = np.result_type(*(f.value for f in factors if not f.is_weak))
+                wide = [f if f.is_weak else Labelled(np.asarray(f.value, np.float32), f.labels)
+                        for f in factors]
+                result = _einsum_sum(wide, names, self.ranges)
+                return Labelled(np.asarray(result.value).astype(dtype), result.labels)
             body = factors[0]
             for f in factors[1:]:
                 body = apply(np.multiply, body, f)
@@ -204,6 +210,15 @@ def _einsum_ready(factors: list[Labelled]) -> bool:
     return bool(arrays) and all(
         a.dtype.kind in "iuc" or (a.dtype.kind == "f" and a.dtype.itemsize >= 4)
         for a in arrays)
+
+
+def _widenable(factors: list[Labelled]) -> bool:
+    """A product of two or more float tensors, some of them float16/bfloat16/float8, none
+    wider than float32: it is multiplied and accumulated in float32 and rounded once, as
+    numpy's, ONNX Runtime's and the x86 backend's matmuls do (not rounded per product)."""
+    arrays = [np.asarray(f.value) for f in factors if not f.is_weak]
+    return len(arrays) >= 2 and any(a.dtype in _LOW_PRECISION for a in arrays) and all(
+        a.dtype in _LOW_PRECISION or a.dtype == np.float32 for a in arrays)
 
 
 def _einsum_sum(factors: list[Labelled], names: tuple[str, ...],
