@@ -192,6 +192,42 @@ class Store:
         self._pending[f"{level}.hits"] += 1
         return entry
 
+    # --- whole entries, as bytes (for shipping them inside a model file) ------------------
+    def entries(self) -> Iterator[tuple[str, str, bytes]]:
+        """Every entry as ``(level, digest, bytes)`` (unchecked: :meth:`put_bytes` checks)."""
+        for path in sorted(self._files()):
+            with contextlib.suppress(OSError):
+                yield path.parent.name, path.stem, path.read_bytes()
+
+    def has(self, level: str, digest: str) -> bool:
+        """Whether an entry file for ``digest`` exists at ``level`` (not read, not checked)."""
+        return (self.root / level / f"{digest}{SUFFIX}").is_file()
+
+    def put_bytes(self, level: str, digest: str, data: bytes) -> bool:
+        """Write a whole entry as :meth:`entries` gave it, atomically, unless one is there;
+        raises :class:`CorruptEntry` when the bytes are damaged or their key does not hash
+        to ``digest``. Returns whether it wrote."""
+        if level not in LEVELS or len(digest) != 32 or not all(c in "0123456789abcdef" for c in digest):
+            raise CorruptEntry(f"level {level!r} / digest {digest[:40]!r} is not an entry name")
+        stored = decode_entry(bytes(data)).manifest.get("key")
+        if not isinstance(stored, dict) or CacheKey(level, tuple(sorted(stored.items()))).digest != digest:
+            raise CorruptEntry("the stored key does not hash to the entry's name")
+        path = self.root / level / f"{digest}{SUFFIX}"
+        if path.is_file():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:8]}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._pending[f"{level}.imports"] += 1
+        return True
+
     def put(self, key: CacheKey, manifest: Mapping[str, Any], blobs: Mapping[str, bytes]) -> None:
         """Write the entry atomically (temporary file, then rename), then keep under the cap."""
         path = self.path(key)

@@ -13,20 +13,23 @@ from metadef.format.compat import FEATURES, Feature, extra_feature, features_use
 from metadef.format.errors import (
     BadMagicError,
     ChecksumError,
+    ClosedFileError,
     CompatError,
     CorruptFileError,
+    LoaderError,
     NotAnMdefFileError,
     TruncatedFileError,
     UnknownSectionError,
     VersionError,
 )
 from metadef.format.layout import FORMAT_VERSION
+from metadef.format.loader import DynamicLoader, need_order
 from metadef.format.reader import MdefFile, TensorInfo, VerifyReport, open_mdef
 from metadef.format.writer import save_graph, write_compat
 
 __all__ = [
-    "FEATURES", "FORMAT_VERSION", "BadMagicError", "ChecksumError", "CompatError", "CorruptFileError",
-    "Feature", "MdefFile", "NotAnMdefFileError", "TensorInfo", "TruncatedFileError",
-    "UnknownSectionError", "VerifyReport", "VersionError", "extra_feature", "features_used",
-    "open_mdef", "save_graph", "write_compat",
+    "FEATURES", "FORMAT_VERSION", "BadMagicError", "ChecksumError", "ClosedFileError", "CompatError",
+    "CorruptFileError", "DynamicLoader", "Feature", "LoaderError", "MdefFile", "NotAnMdefFileError", "TensorInfo",
+    "TruncatedFileError", "UnknownSectionError", "VerifyReport", "VersionError", "extra_feature", "features_used",
+    "need_order", "open_mdef", "save_graph", "write_compat",
 ]

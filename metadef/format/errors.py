@@ -45,7 +45,17 @@ class CompatError(FormatError):
     """The graph uses format features the requested (older) version cannot hold."""
 
 
+class ClosedFileError(FormatError, ValueError):
+    """A tensor, section or graph of an .mdef file was asked for after the file was closed."""
+
+
+class LoaderError(FormatError):
+    """The background loader failed for a reason that is not the file's (an I/O error, a bug);
+    the message names the tensor and the file, and the cause is chained."""
+
+
 __all__ = [
-    "BadMagicError", "ChecksumError", "CompatError", "CorruptFileError", "NotAnMdefFileError",
+    "BadMagicError", "ChecksumError", "ClosedFileError", "CompatError", "CorruptFileError", "LoaderError",
+    "NotAnMdefFileError",
     "TruncatedFileError", "UnknownSectionError", "VersionError",
 ]

@@ -1,8 +1,11 @@
 """Reading .mdef files (docs/format.md): ``open_mdef`` maps a file and hands out zero-copy views.
 
-Header, trailer, section table, metadata, graph and tensor index are read and checked at
-open; tensor data stay in the (read-only) mapping until used. Every offset, length, count
-and dimension is checked against the file before it is used.
+Header, trailer, section table, metadata and tensor index are read and checked at open
+(the index in place, as a numpy structured view: no per-tensor Python object until one is
+asked for); the graph is decoded the first time it is asked for; tensor data stay in the
+(read-only) mapping until used. Every offset, length, count and dimension is checked against
+the file before it is used. A :class:`~metadef.format.loader.DynamicLoader` attached to the
+file reads tensors ahead of their use on background threads.
 
 Example:
     >>> import tempfile, pathlib, numpy as np
@@ -21,17 +24,17 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
-import mmap
+import math
 import os
-import stat
+import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -41,6 +44,7 @@ from metadef.format import layout
 from metadef.format.errors import (
     BadMagicError,
     ChecksumError,
+    ClosedFileError,
     CorruptFileError,
     NotAnMdefFileError,
     TruncatedFileError,
@@ -49,8 +53,14 @@ from metadef.format.errors import (
 )
 from metadef.format.graph_codec import decode_graph
 from metadef.format.quantize import decode_tensor, stored_nbytes
+from metadef.format.records import MappedValue, TensorInfo, VerifyReport
+from metadef.format.storage import FileBytes
+from metadef.format.workers import parallel_map
 from metadef.ir.graph import Graph, Value
 from metadef.shape import TensorType
+
+if TYPE_CHECKING:
+    from metadef.format.loader import DynamicLoader
 
 log = logging.getLogger("metadef.format")
 ChecksumVerify = Literal["on_demand", "always", "never"]
@@ -58,84 +68,6 @@ _VERIFY_MODES = ("on_demand", "always", "never")
 _JSON_LAYERS = {layout.HARDWARE: "hardware", layout.SUMMARY: "summary", layout.PARAMETERS: "parameters",
                 layout.AUXILIARY: "auxiliary"}
 _AGAIN = "the file is damaged: copy or write it again"
-
-
-class MappedValue(Value):
-    """A constant Value whose array is mapped (and verified, on demand) the first time ``.const``
-    is read; afterwards it behaves exactly like a plain Value."""
-
-    def __init__(self, name: str, type: TensorType | None, loader: Any) -> None:
-        # Equivalent to Value.__init__(name, type, None) followed by setting the loader.
-        self.name, self.type, self.producer = name, type, None
-        self._const: np.ndarray | None = None
-        self._loader = loader
-
-    @property  # type: ignore[override]
-    def const(self) -> np.ndarray | None:
-        if self._loader is not None:
-            self._const, self._loader = self._loader(), None
-        return self._const
-
-    @const.setter
-    def const(self, value: np.ndarray | None) -> None:
-        self._const, self._loader = value, None
-
-
-@dataclass
-class VerifyReport:
-    """What :meth:`MdefFile.verify` checked: sections, tensors, bytes, time and every failure."""
-
-    sections: int = 0
-    tensors: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes / self.seconds / 1e9 if self.seconds else 0.0
-
-    def __str__(self) -> str:
-        head = (f"checked {self.sections} sections and {self.tensors} tensors, {self.bytes / 1e6:.1f} MB "
-                f"in {self.seconds * 1e3:.1f} ms ({self.gb_per_s:.1f} GB/s): ")
-        return head + ("all checksums match" if self.ok else "\n  ".join(["FAILED", *self.failures]))
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One record of the tensor index, checked: name, dtype, shape, absolute offset, stored bytes,
-    storage format (0 plain; see ``metadef.format.quantize``), index flags and quantization."""
-
-    name: str
-    dtype: Any
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-    checksum: int
-    format: int
-    flags: int = 0
-    quantization: dict[str, Any] | None = None
-
-
-def _load(path: Path, mmap_enabled: bool) -> tuple[Any, bool, int]:
-    """The file's bytes (a read-only mmap, or private bytes when mapping fails) and its size."""
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        size = st.st_size
-        if mmap_enabled and size > 0:
-            try:
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), True, size
-            except (OSError, ValueError, OverflowError) as e:
-                why = f"{type(e).__name__}: {e}"
-        else:
-            why = "mmap_enabled=False" if not mmap_enabled else "the file is empty"
-        log.warning("MMAP_FAILED: %s: reading %s into private memory instead (permissions %s, size %d bytes)",
-                    why, path, stat.filemode(st.st_mode), size)
-        return f.read(), False, size
 
 
 def _what_it_looks_like(head: bytes) -> str:
@@ -153,31 +85,45 @@ class MdefFile:
     """An open .mdef file: metadata layers, the graph and lazily mapped tensors (see ``open_mdef``)."""
 
     def __init__(self, path: str | os.PathLike[str], *, checksum_verify: ChecksumVerify = "on_demand",
-                 version_strict: bool = True, mmap_enabled: bool = True) -> None:
+                 version_strict: bool = True, mmap_enabled: bool = True, threads: int = 1) -> None:
         if checksum_verify not in _VERIFY_MODES:
             raise ValueError(f"checksum_verify={checksum_verify!r}; choose one of {', '.join(_VERIFY_MODES)}")
         self.path = Path(path)
         self.checksum_verify = checksum_verify
-        self._buf, self.mmapped, self.size = _load(self.path, mmap_enabled)
-        self._mv = memoryview(self._buf)
+        self.threads = max(1, int(threads))
+        self._data = FileBytes.open(self.path, mmap_enabled)
+        self._buf, self._mv = self._data.buf, self._data.mv
+        self.mmapped, self.size = self._data.mmapped, self._data.size
         self._views: dict[int, np.ndarray] = {}
+        self._infos: dict[int, TensorInfo] = {}
+        self._rows: list[tuple[int, ...]] | None = None
+        self._dim_list: list[int] = []
         self._verified: set[int] = set()
+        self._graph: Graph | None = None
+        self._graph_lock = threading.Lock()
+        self._name_list: list[str] | None = None
+        self._name_index: dict[str, int] | None = None
+        self._loader: DynamicLoader | None = None
         self.open_report: VerifyReport | None = None
-        self.header = self._check_header(version_strict)
-        self.trailer = self._check_trailer()
-        self.sections = self._check_sections()
-        self._check_small_sections()
-        self.layers = {name: self._json(t) for t, name in _JSON_LAYERS.items()}
-        self._read_index()
-        graph_entry = self._section(layout.GRAPH)
-        self._graph = decode_graph(self._bytes(graph_entry), self._make_const, offset=graph_entry.offset)
-        if checksum_verify == "always":
-            self.open_report = self._verify_tensors(raise_on_failure=True)
-            log.info("verified %s at open: %s", self.path, self.open_report)
+        try:
+            self.header = self._check_header(version_strict)
+            self.trailer = self._check_trailer()
+            self.sections = self._check_sections()
+            self._check_small_sections()
+            self.layers = {name: self._json(t) for t, name in _JSON_LAYERS.items()}
+            self._read_index()
+            if checksum_verify == "always":
+                self.open_report = self._verify_tensors(raise_on_failure=True)
+                log.info("verified %s at open: %s", self.path, self.open_report)
+        except BaseException:
+            self._data.close()
+            raise
 
     # --- header, trailer, sections --------------------------------------------------------
     def _check_header(self, version_strict: bool) -> layout.Header:
         size, mv = self.size, self._mv
+        self._data.ensure(0, min(size, layout.HEADER_SIZE))  # (a private buffer is read range by range)
+        self._data.ensure(max(0, size - layout.TRAILER_SIZE), min(size, layout.TRAILER_SIZE))
         head, tail = bytes(mv[:4]), bytes(mv[max(0, size - 4):])
         if head != layout.MAGIC and tail != layout.MAGIC:
             raise NotAnMdefFileError(f"{self.path} is not an .mdef file: it neither starts nor ends with "
@@ -243,6 +189,7 @@ class MdefFile:
         if h.section_table_offset < layout.HEADER_SIZE or table_end > end:
             raise CorruptFileError(f"{self.path}: the section table ({h.section_count} entries at offset "
                                    f"{h.section_table_offset}) does not fit in the file; {_AGAIN}")
+        self._data.ensure(h.section_table_offset, table_end - h.section_table_offset)
         table = self._mv[h.section_table_offset:table_end]
         if self.checksum_verify != "never" and layout.checksum(table) != h.section_table_checksum:
             raise ChecksumError(f"{self.path}: the section table checksum (header offset 40) does not match the "
@@ -284,7 +231,9 @@ class MdefFile:
         return next(e for e in self.sections if e.type_id == type_id)
 
     def _bytes(self, e: layout.SectionEntry) -> memoryview:
-        return self._mv[e.offset:e.end]
+        self._data.ensure(e.offset, e.length)
+        with self._data.using(f"section {e.name!r}"):
+            return self._mv[e.offset:e.end]
 
     def _check_section(self, e: layout.SectionEntry) -> str | None:
         if e.flags & layout.NO_CHECKSUM or layout.checksum(self._bytes(e)) == e.checksum:
@@ -323,14 +272,13 @@ class MdefFile:
             raise CorruptFileError(f"{self.path}: the tensor index head at offset {e.offset} is malformed "
                                    f"({count} records of {record_size} bytes, {dims_count} dims, alignment "
                                    f"{alignment}, in {e.length} bytes); {_AGAIN}")
+        self._bytes(e)  # (read into a private buffer, when the file is not mapped)
         at = e.offset + layout.INDEX_HEAD_SIZE
         self._records = np.frombuffer(self._buf, layout.INDEX_DTYPE, count, at)
         self._dims = np.frombuffer(self._buf, "<u8", dims_count, at + count * layout.INDEX_RECORD_SIZE)
         self._strings = bytes(self._mv[e.offset + body:e.end])
         self.alignment = alignment
         self._check_records(data)
-        self._name_list = self._decode_names()
-        self._names = {name: i for i, name in enumerate(self._name_list)}
 
     def _check_records(self, data: layout.SectionEntry) -> None:
         r = self._records
@@ -345,15 +293,23 @@ class MdefFile:
             raise CorruptFileError(f"{self.path}: tensor index record {i} (offset {at}) points "
                                    f"outside the file's names, dims or tensor data; {_AGAIN}")
 
-    def _decode_names(self) -> list[str]:
-        strings = self._strings
-        starts, lengths = self._records["name_offset"].tolist(), self._records["name_length"].tolist()
-        try:
-            return [strings[a:a + n].decode() for a, n in zip(starts, lengths)]
-        except UnicodeDecodeError:
-            raise CorruptFileError(f"{self.path}: a tensor name is not UTF-8; {_AGAIN}") from None
+    @property
+    def _names(self) -> dict[str, int]:
+        """Tensor name -> record, decoded from the string block the first time it is needed."""
+        if self._name_index is None:
+            strings = self._strings
+            starts, lengths = self._records["name_offset"].tolist(), self._records["name_length"].tolist()
+            try:
+                names = [strings[a:a + n].decode() for a, n in zip(starts, lengths)]
+            except UnicodeDecodeError:
+                raise CorruptFileError(f"{self.path}: a tensor name is not UTF-8; {_AGAIN}") from None
+            self._name_list, self._name_index = names, {name: i for i, name in enumerate(names)}
+        return self._name_index
 
     def _name(self, i: int) -> str:
+        if self._name_list is None:
+            _ = self._names
+        assert self._name_list is not None
         return self._name_list[i]
 
     def tensor_info(self, name: str) -> TensorInfo:
@@ -367,16 +323,21 @@ class MdefFile:
         return self._names[name]
 
     def _info(self, i: int) -> TensorInfo:
-        rec = self._records[i]
-        rank, start = int(rec["rank"]), int(rec["dims_offset"])
-        shape = tuple(int(d) for d in self._dims[start:start + rank])
+        """Record ``i``, checked, as a TensorInfo (made on first request, then kept)."""
+        info = self._infos.get(i)
+        if info is not None:
+            return info
+        if self._rows is None:  # the index as Python values, once, when a first tensor is asked for
+            self._rows, self._dim_list = self._records.tolist(), self._dims.tolist()
+        offset, length, check, _name_at, _name_len, dims_at, code, rank, fmt, flags, _ = self._rows[i]
+        shape = tuple(self._dim_list[dims_at:dims_at + rank])
         try:
-            dt = from_onnx(int(rec["dtype"]))
+            dt = from_onnx(code)
         except DTypeError as e:
-            raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} has dtype code {int(rec['dtype'])}: {e}; "
+            raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} has dtype code {code}: {e}; "
                                    + _AGAIN) from None
-        fmt, flags, quant = int(rec["format"]), int(rec["flags"]), None
-        nbytes = int(np.prod(shape, dtype=object)) * dt.itemsize if shape else dt.itemsize
+        quant = None
+        nbytes = math.prod(shape) * dt.itemsize
         if fmt or flags:  # a quantized or pruned weight: its parameters are in the parameter layer
             tensors = self.layers["parameters"].get("tensors")
             params = tensors.get(self._name(i)) if isinstance(tensors, dict) else None
@@ -385,16 +346,18 @@ class MdefFile:
             except FormatError as e:
                 raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} (format {fmt}): {e}; {_AGAIN}") from None
             quant = params["quantization"]
-        if nbytes != int(rec["byte_length"]):
+        if nbytes != length:
             raise CorruptFileError(f"{self.path}: tensor {self._name(i)!r} has shape {list(shape)} of {dt.name} "
-                                   f"({nbytes} bytes) but {int(rec['byte_length'])} bytes stored in format "
-                                   f"{fmt}; {_AGAIN}")
-        return TensorInfo(self._name(i), dt, shape, int(rec["data_offset"]), nbytes, int(rec["checksum"]),
-                          fmt, flags, quant)
+                                   f"({nbytes} bytes) but {length} bytes stored in format {fmt}; {_AGAIN}")
+        info = self._infos[i] = TensorInfo(self._name(i), dt, shape, offset, nbytes, check, fmt, flags, quant)
+        return info
 
     def _check_tensor(self, i: int) -> str | None:
         info = self._info(i)
-        if layout.checksum(self._mv[info.offset:info.offset + info.nbytes]) == info.checksum:
+        self._data.ensure(info.offset, info.nbytes)
+        with self._data.using(f"tensor {info.name!r}"):
+            ok = layout.checksum(self._mv[info.offset:info.offset + info.nbytes]) == info.checksum
+        if ok:
             self._verified.add(i)
             return None
         return f"tensor {info.name!r} at offset {info.offset}, {info.nbytes} bytes: checksum mismatch"
@@ -403,21 +366,30 @@ class MdefFile:
         view = self._views.get(i)
         if view is not None:
             return view
-        info = self._info(i)
-        if self.checksum_verify != "never" and i not in self._verified and (why := self._check_tensor(i)):
-            raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
-        if info.format or info.flags:  # dequantized on first use, to the original dtype
-            try:
-                view = decode_tensor(self._mv[info.offset:info.offset + info.nbytes], info.shape,
-                                     info.dtype.numpy, info.format, info.flags, {"quantization": info.quantization})
-            except FormatError as e:
-                raise CorruptFileError(f"{self.path}: tensor {info.name!r} at offset {info.offset}: {e}; "
-                                       + _AGAIN) from None
-            self._views[i] = view
-            return view
-        count = info.nbytes // info.dtype.itemsize
-        view = np.frombuffer(self._buf, info.dtype.numpy, count, info.offset).reshape(info.shape)
-        view.flags.writeable = False
+        data = self._data
+        data.acquire(lambda: f"tensor {self._name(i)!r}")
+        try:
+            if self._loader is not None:
+                self._loader.before_use(i)  # waits for (or takes over) its read; raises what it met
+            info = self._info(i)
+            if not data.mmapped:
+                data.ensure(info.offset, info.nbytes)
+            if self.checksum_verify != "never" and i not in self._verified and (why := self._check_tensor(i)):
+                raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
+            if info.format or info.flags:  # dequantized on first use, to the original dtype
+                try:
+                    view = decode_tensor(self._mv[info.offset:info.offset + info.nbytes], info.shape,
+                                         info.dtype.numpy, info.format, info.flags,
+                                         {"quantization": info.quantization})
+                except FormatError as e:
+                    raise CorruptFileError(f"{self.path}: tensor {info.name!r} at offset {info.offset}: {e}; "
+                                           + _AGAIN) from None
+            else:
+                view = np.frombuffer(self._buf, info.dtype.numpy, info.nbytes // info.dtype.itemsize,
+                                     info.offset).reshape(info.shape)
+                view.flags.writeable = False
+        finally:
+            data.release()
         self._views[i] = view
         return view
 
@@ -425,20 +397,38 @@ class MdefFile:
         if type(record) is not int or not 0 <= record < len(self._records) or self._name(record) != name:
             raise CorruptFileError(f"{self.path}: constant %{name} points at tensor record {record!r}, which "
                                    f"does not hold it; {_AGAIN}")
-        return MappedValue(name, t, lambda: self._tensor_at(record))
+        return MappedValue(name, t, lambda: self._tensor_at(record), self)
 
     def _verify_tensors(self, raise_on_failure: bool) -> VerifyReport:
+        """Check every tensor, on ``self.threads`` threads (xxh3 releases the GIL on large
+        buffers, so threads pay: see ``metadef.format.workers``)."""
         report, start = VerifyReport(), time.perf_counter()
-        for i in range(len(self._records)):
-            why = self._check_tensor(i)
-            report.tensors += 1
-            report.bytes += int(self._records[i]["byte_length"])
+        results = parallel_map(self._check_tensor, range(len(self._records)), self.threads)
+        for why in results:
+            if isinstance(why, BaseException):
+                raise why
             if why and raise_on_failure:
                 raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
             if why:
                 report.failures.append(why)
+        report.tensors = len(self._records)
+        report.bytes = int(self._records["byte_length"].sum())
         report.seconds = time.perf_counter() - start
         return report
+
+    def _prepare(self, i: int, verify: bool = False) -> str:
+        """Bring tensor ``i``'s bytes in ahead of use (read into the private buffer, or
+        ``madvise`` the mapping); with ``verify``, check its checksum instead when the mode
+        asks and it is not checked yet (a ChecksumError if it fails). Thread-safe: the
+        loader calls it from its threads. Returns what it did."""
+        if self._data.closed:
+            return "closed"
+        if verify and self.checksum_verify != "never" and i not in self._verified:
+            if why := self._check_tensor(i):
+                raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
+            return "verified"
+        info = self._info(i)
+        return self._data.populate(info.offset, info.nbytes)
 
     # --- the public face --------------------------------------------------------------------
     @property
@@ -447,10 +437,21 @@ class MdefFile:
         return (self.header.major, self.header.minor)
 
     def graph(self) -> Graph:
-        """The graph, decoded at open; its constants map their data from the file on first use.
+        """The graph, decoded the first time it is asked for; its constants map their data
+        from the file on first use (through the attached loader, if any).
 
         The same Graph object is returned each call (passes return new graphs; do not edit it).
         """
+        if self._graph is not None:
+            return self._graph
+        with self._graph_lock:
+            if self._graph is None:
+                if self._data.closed:
+                    raise ClosedFileError(f"{self.path} is closed: its graph was never decoded; open it again")
+                entry = self._section(layout.GRAPH)
+                self._graph = decode_graph(self._bytes(entry), self._make_const, offset=entry.offset)
+                if self._loader is not None:
+                    self._loader.use_graph(self._graph)
         return self._graph
 
     def tensor(self, name: str) -> np.ndarray:
@@ -460,6 +461,22 @@ class MdefFile:
     def tensor_names(self) -> list[str]:
         """Every tensor's name, in file (execution) order."""
         return list(self._names)
+
+    @property
+    def tensor_count(self) -> int:
+        """How many tensors the index holds (no name is decoded)."""
+        return len(self._records)
+
+    @property
+    def loader(self) -> DynamicLoader | None:
+        """The :class:`~metadef.format.loader.DynamicLoader` attached to this file, if any."""
+        return self._loader
+
+    def attach_loader(self, loader: DynamicLoader | None) -> None:
+        """Route first uses of tensors through ``loader`` (None: detach; an earlier loader is closed)."""
+        old, self._loader = self._loader, loader
+        if old is not None and old is not loader:
+            old.close()
 
     def user_metadata(self) -> dict[str, dict[str, Any]]:
         """The layers as ``save_graph(metadata=...)`` takes them (saving them again is a no-op)."""
@@ -480,9 +497,27 @@ class MdefFile:
         e = next((e for e in self.sections if e.type_id == layout.CODE and e.name == f"code:{target}"), None)
         if e is None:
             return None
+        if self._data.closed:
+            raise ClosedFileError(f"{self.path} is closed: code section {e.name!r} cannot be read; open it again")
         if self.checksum_verify != "never" and (why := self._check_section(e)):
             raise ChecksumError(f"{self.path}: {why}; {_AGAIN}")
         return self._bytes(e)
+
+    def code_hash(self, target: str) -> str | None:
+        """``"blake2b-256:<hex>"`` of the code section for ``target`` (None when there is none):
+        what a user pins to trust code built elsewhere (``safety.trusted_code_hashes``).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from metadef.ir import parse_graph
+            >>> from metadef.format import save_graph
+            >>> g = parse_graph("graph g(%x: f32[2]) -> (%y) { %y: f32[2] = Relu(%x) return %y }")
+            >>> p = save_graph(g, pathlib.Path(tempfile.mkdtemp()) / "c.mdef", code={"toy": b"abc"})
+            >>> open_mdef(p).code_hash("toy")[:12]
+            'blake2b-256:'
+        """
+        blob = self.code(target)
+        return None if blob is None else code_hash_of(blob)
 
     def verify(self) -> VerifyReport:
         """Check every checksum (sections and tensors); failures are listed, not raised."""
@@ -497,14 +532,15 @@ class MdefFile:
         return report
 
     def close(self) -> None:
-        """Release the mapping (it lives on while views handed out are alive)."""
-        if not self.mmapped:
-            return
-        try:
-            self._mv.release()
-            self._buf.close()
-        except BufferError:
-            log.debug("%s stays mapped while views of it are alive", self.path)
+        """Stop the attached loader's threads, then release the mapping (it lives on while
+        views handed out are alive) or the file. Tensors already handed out stay valid."""
+        if self._loader is not None:
+            self._loader.close()
+        self._data.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._data.closed
 
     def __enter__(self) -> MdefFile:
         return self
@@ -517,17 +553,29 @@ class MdefFile:
                 f"{self.size} bytes, {'mmap' if self.mmapped else 'private'})")
 
 
+def code_hash_of(blob: bytes | memoryview) -> str:
+    """``"blake2b-256:<hex>"`` of a code section's bytes (see :meth:`MdefFile.code_hash`).
+
+    Example:
+        >>> code_hash_of(b"")[:20]
+        'blake2b-256:0e5751c0'
+    """
+    return "blake2b-256:" + hashlib.blake2b(blob, digest_size=32).hexdigest()
+
+
 def open_mdef(path: str | os.PathLike[str], *, checksum_verify: ChecksumVerify = "on_demand",
-              version_strict: bool = True, mmap_enabled: bool = True) -> MdefFile:
+              version_strict: bool = True, mmap_enabled: bool = True, threads: int = 1) -> MdefFile:
     """Open an .mdef file (see the module docstring for an example).
 
     ``checksum_verify``: ``"on_demand"`` checks the small sections at open and each tensor the
     first time it is used; ``"always"`` checks everything at open; ``"never"`` checks no
     checksum (bounds are always checked). ``version_strict=False`` reads a newer minor version
-    with a warning. ``mmap_enabled=False`` reads into private memory instead of mapping.
+    with a warning. ``mmap_enabled=False`` reads into private memory instead of mapping, each
+    range when it is first used. ``threads``: how many threads check tensor checksums under
+    ``"always"`` and in :meth:`MdefFile.verify`.
     """
     return MdefFile(path, checksum_verify=checksum_verify, version_strict=version_strict,
-                    mmap_enabled=mmap_enabled)
+                    mmap_enabled=mmap_enabled, threads=threads)
 
 
-__all__ = ["MappedValue", "MdefFile", "TensorInfo", "VerifyReport", "open_mdef"]
+__all__ = ["MappedValue", "MdefFile", "TensorInfo", "VerifyReport", "code_hash_of", "open_mdef"]
