@@ -10,6 +10,12 @@ the enclosing scope by name as ONNX Runtime expects. Names stay unique across th
 (a subgraph value whose name is taken outside gets a suffix), and a branch output that its
 branch does not compute (a captured value, a constant, a repeat) goes out through an Identity.
 
+Fused groups and metadef's own ops (``ai.metadef``) go out as model-local functions of standard
+ops (:mod:`~metadef.frontends.onnx.export_functions`), so ONNX Runtime runs an optimized graph;
+weights of a loaded .mdef stored quantized go out as their stored integers plus
+``DequantizeLinear`` (:mod:`~metadef.frontends.onnx.export_quantized`). The opset is at least
+21 (blocked ``DequantizeLinear``); a model holding INT4 initializers declares IR version 10.
+
 Example:
     >>> import metadef as md, onnx
     >>> g = md.import_onnx(md.zoo.build("mlp"))
@@ -20,6 +26,8 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metadef.core.errors import FormatError
+from metadef.frontends.onnx.export_functions import FUSED_DOMAIN, FunctionLibrary, attribute_proto
+from metadef.frontends.onnx.export_quantized import Exported, Namer, stored_weight
 from metadef.ir import Graph, Node, Value
 from metadef.ops.defs.loops import NUM_CAPTURED, node_captured_start
 from metadef.shape import TensorType
@@ -45,21 +55,6 @@ def _value_info(v: Value, name: str | None = None) -> onnx.ValueInfoProto:
         return helper.make_empty_tensor_value_info(name)
     shape = None if t.shape is None else [d if isinstance(d, int) else str(d) for d in t.shape]
     return helper.make_tensor_value_info(name, t.dtype.onnx, shape)
-
-
-def _attr(name: str, value: Any) -> onnx.AttributeProto:
-    if isinstance(value, onnx.GraphProto):  # a subgraph, already converted by _graph_proto
-        return helper.make_attribute(name, value)
-    if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, numpy_helper.from_array(value))
-    if isinstance(value, tuple):
-        value = list(value)
-    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
-        return helper.make_attribute(name, [numpy_helper.from_array(v) for v in value])
-    if isinstance(value, list) and not value:
-        # An empty list has no inferable kind for onnx.helper; metadef stores only ints lists empty.
-        return helper.make_attribute(name, [], attr_type=onnx.AttributeProto.INTS)
-    return helper.make_attribute(name, value)
 
 
 class _Names:
@@ -80,7 +75,7 @@ class _Names:
         return name
 
 
-def _node_attrs(n: Node, names: _Names) -> list[onnx.AttributeProto]:
+def _node_attrs(n: Node, names: _Names, lib: FunctionLibrary | None) -> list[onnx.AttributeProto]:
     start = node_captured_start(n.metaop, n.attrs, len(n.inputs))
     outer = [] if start is None else [names.of[id(v)] for v in n.inputs[start:]]
     out = []
@@ -88,15 +83,40 @@ def _node_attrs(n: Node, names: _Names) -> list[onnx.AttributeProto]:
         if v is None or k == NUM_CAPTURED:  # metadef's own count, implied by the subgraph in ONNX
             continue
         if isinstance(v, Graph):  # control flow reads ``outer`` by name; a fused body stands alone
-            v = _graph_proto(v, outer, names.taken) if start is not None else _graph_proto(v)
-        out.append(_attr(k, v))
+            v = _graph_proto(v, outer, names.taken, lib) if start is not None else _graph_proto(v, lib=lib)
+        out.append(attribute_proto(k, v))
     return out
 
 
+StoredWeights = Callable[[Value, str, Namer], Exported | None]
+"""A constant's stored form: (initializers, nodes that compute it), or None to export it plain."""
+
+
+def _initializers(graph: Graph, names: _Names,
+                  weights: StoredWeights | None) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
+    """The graph's constants as initializers, with the nodes that dequantize stored ones."""
+    def namer(wanted: str) -> str:
+        return names.claim(Value(wanted))
+
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    for v in graph.constants:
+        stored = None if weights is None else weights(v, names.of[id(v)], namer)
+        if stored is None:
+            initializers.append(numpy_helper.from_array(np.asarray(v.const), names.of[id(v)]))
+        else:
+            initializers += stored[0]
+            nodes += stored[1]
+    return initializers, nodes
+
+
 def _graph_proto(graph: Graph, captured: list[str] | None = None,
-                 taken: set[str] | None = None) -> onnx.GraphProto:
+                 taken: set[str] | None = None, lib: FunctionLibrary | None = None,
+                 weights: StoredWeights | None = None) -> onnx.GraphProto:
     """The graph as a GraphProto. For a subgraph, ``captured`` names the outer values its last
-    ``len(captured)`` inputs receive, and ``taken`` holds the names used outside."""
+    ``len(captured)`` inputs receive, and ``taken`` holds the names used outside. ``lib``
+    turns ops ONNX Runtime does not know into local function calls; ``weights`` gives a
+    constant's stored (quantized) form."""
     sub = captured is not None
     names = _Names(taken if taken is not None else set())
     formal = graph.inputs[:len(graph.inputs) - len(captured)] if sub else graph.inputs
@@ -105,14 +125,15 @@ def _graph_proto(graph: Graph, captured: list[str] | None = None,
     for v in [*formal, *graph.constants] + [o for n in graph.nodes for o in n.outputs]:
         if id(v) not in names.of:
             names.claim(v)
-    initializers = [numpy_helper.from_array(np.asarray(v.const), names.of[id(v)]) for v in graph.constants]
-    nodes = []
+    initializers, nodes = _initializers(graph, names, weights)
     for n in graph.nodes:
         start = node_captured_start(n.metaop, n.attrs, len(n.inputs))  # captured values are read by name, not passed
-        node = helper.make_node(
-            n.op, [("" if v is None else names.of[id(v)]) for v in n.inputs[:start]],
-            [names.of[id(o)] for o in n.outputs], name=n.name, domain=n.domain or "")
-        node.attribute.extend(_node_attrs(n, names))
+        inputs = [("" if v is None else names.of[id(v)]) for v in n.inputs[:start]]
+        outputs = [names.of[id(o)] for o in n.outputs]
+        node = None if lib is None else lib.call_node(n, inputs, outputs)
+        if node is None:
+            node = helper.make_node(n.op, inputs, outputs, name=n.name, domain=n.domain or "")
+            node.attribute.extend(_node_attrs(n, names, lib))
         nodes.append(node)
     outputs = []
     computed = {id(o) for n in graph.nodes for o in n.outputs}
@@ -140,24 +161,60 @@ def _domains(graph: Graph) -> set[str]:
     return found
 
 
-def to_onnx(graph: Graph) -> onnx.ModelProto:
-    """The graph as a ModelProto (see the module doc). Fused groups export as ``ai.metadef``
-    nodes with their body as a graph attribute: Netron shows them; ONNX Runtime cannot run them."""
-    g = _graph_proto(graph)
+def _source_of(graph: Graph | Any, source: Any) -> tuple[Graph, Any]:
+    """(graph, .mdef file) of what export was given: a Graph, or a loaded Model (md.load)."""
+    if not isinstance(graph, Graph) and hasattr(graph, "graph") and hasattr(graph, "file"):
+        return graph.graph, source if source is not None else graph.file
+    if source is None:  # a graph of a loaded model: its constants know their file
+        source = next((f for f in (getattr(v, "file", None) for v in graph.constants) if f is not None), None)
+    return graph, source
+
+
+def to_onnx(graph: Graph | Any, *, source: Any = None, functions: bool = True) -> onnx.ModelProto:
+    """The graph as a ModelProto (see the module doc).
+
+    Fused groups and metadef's own ops become model-local functions of standard ops
+    (:mod:`metadef.frontends.onnx.export_functions`), so ONNX Runtime runs the model; with
+    ``functions=False`` they stay ``ai.metadef`` nodes (Netron shows them, ONNX Runtime cannot
+    run them). ``graph`` may be a loaded model (``md.load``), or ``source`` the ``MdefFile``
+    the graph came from: weights stored quantized there export as their stored integers plus
+    ``DequantizeLinear`` (:mod:`metadef.frontends.onnx.export_quantized`).
+
+    Example:
+        >>> import metadef as md, onnx
+        >>> g = md.optimize(md.import_onnx(md.zoo.build("mlp")), level="aggressive")
+        >>> m = to_onnx(g)
+        >>> sorted({f.domain for f in m.functions})
+        ['ai.metadef.fused']
+    """
+    graph, source = _source_of(graph, source)
     versions = dict(graph.opset)
     versions[""] = max(versions.get("", IR_OPSET), IR_OPSET)
+    lib = FunctionLibrary(versions) if functions else None
+    weights = None if source is None else partial(stored_weight, source)
+    g = _graph_proto(graph, lib=lib, weights=weights)
     for domain in _domains(graph):
         versions.setdefault(domain, 1)
+    if lib is not None and lib.functions:
+        versions.setdefault(FUSED_DOMAIN, 1)
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(versions.items())]
-    model = helper.make_model(g, opset_imports=opsets, producer_name="metadef", ir_version=IR_VERSION)
+    # INT4 tensors need IR version 10 (the one that goes with opset 21)
+    ir = 10 if any(t.data_type == onnx.TensorProto.INT4 for t in g.initializer) else IR_VERSION
+    model = helper.make_model(g, opset_imports=opsets, producer_name="metadef", ir_version=ir,
+                              functions=[] if lib is None else lib.functions)
     for k, v in graph.metadata.items():
         if isinstance(v, str):
             model.metadata_props.add(key=k, value=v)
     return model
 
 
-def export_onnx(graph: Graph, path: str | os.PathLike) -> Path:
+def export_onnx(graph: Graph | Any, path: str | os.PathLike, *, source: Any = None,
+                functions: bool = True) -> Path:
     """Write the graph as an .onnx file (atomically: a temporary file, then a rename).
+
+    ``graph`` may also be a loaded model (``md.load``): its quantized weights then export in
+    their stored form (``source`` names the ``MdefFile`` for a bare graph); ``functions``: see
+    :func:`to_onnx`.
 
     Example:
         >>> import metadef as md, tempfile, os
@@ -167,7 +224,7 @@ def export_onnx(graph: Graph, path: str | os.PathLike) -> Path:
         'mlp.onnx'
     """
     target = Path(path)
-    model = to_onnx(graph)
+    model = to_onnx(graph, source=source, functions=functions)
     data = model.SerializeToString()
     if len(data) > 2**31 - 1:
         raise FormatError(f"graph {graph.name} is over 2 GB; ONNX needs external data for it")
