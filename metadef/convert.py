@@ -137,8 +137,8 @@ def tensorflow_to_onnx(path: Path, workdir: Path, inputs: str | None = None, out
     extra); without tf2onnx a MetadefError says what to install. Nothing is downloaded."""
     if importlib.util.find_spec("tf2onnx") is None:
         raise MetadefError(f"{path} is a TensorFlow model; reading it needs the optional tf2onnx converter, "
-                           "which is not installed: pip install tf2onnx (with tensorflow), or export ONNX "
-                           "yourself (python -m tf2onnx.convert ...) and convert the .onnx file")
+                           "which is not installed: pip install 'metadef[tensorflow]' (tf2onnx and tensorflow-cpu), "
+                           "or export ONNX yourself (python -m tf2onnx.convert ...) and convert the .onnx file")
     out = workdir / f"{path.stem or 'model'}.onnx"
     cmd = [sys.executable, "-m", "tf2onnx.convert", "--opset", "17", "--output", str(out)]
     if path.is_dir():

@@ -68,7 +68,7 @@ def test_tensorflow_without_tf2onnx_names_the_extra(tmp_path: Path) -> None:
     saved.mkdir()
     (saved / "saved_model.pb").write_bytes(b"")
     for source in (tmp_path / "frozen.pb", saved):
-        with pytest.raises(MetadefError, match="pip install tf2onnx"):
+        with pytest.raises(MetadefError, match=r"pip install 'metadef\[tensorflow\]'"):
             convert(source, tmp_path / "x.mdef")
 
 
