@@ -51,11 +51,13 @@ from metadef.codegen.native_conv import (
     IM2COL_DIMS,
     PAD2D_DIMS,
     WINOGRAD_DIMS,
+    WINOGRAD_TASK_DIMS,
     _conv2d,
     _im2col,
     _im2col_task,
     _pad2d,
     _winograd,
+    _winograd_phase,
     winograd_workspace,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
@@ -190,6 +192,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
     "md_winograd3x3": _winograd,
+    "md_winograd_in": lambda module: _winograd_phase(module, "in"),
+    "md_winograd_out": lambda module: _winograd_phase(module, "out"),
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
     "md_gemm": _gemm,
@@ -263,4 +267,4 @@ def _build(name: str) -> dict[str, int]:
 
 __all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS",
            "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
-           "native_function", "native_module", "winograd_workspace"]
+           "WINOGRAD_TASK_DIMS", "native_function", "native_module", "winograd_workspace"]

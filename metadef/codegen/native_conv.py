@@ -39,6 +39,9 @@ WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias")
 ``u`` the transformed weights ``[16, K, C]`` and a workspace of :func:`winograd_workspace`
 floats."""
 
+WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
+"""The dims of ``md_winograd_in`` and ``md_winograd_out`` (one image: ``n`` is 1)."""
+
 IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "task", "tasks")
 """The dims of ``md_im2col_task``: args are ``[x, col]``; task ``task`` of ``tasks`` fills the
 rows of its share of the channels (one image, one group)."""
@@ -238,76 +241,120 @@ def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
     return row_in, row_out
 
 
+class _WinogradLayout:
+    """Tiles, strides and the workspace's regions of one image (see :func:`winograd_workspace`):
+    V (then the whole output tiles), and the padded image (then M)."""
+
+    def __init__(self, b: ir.IRBuilder, d: dict[str, ir.Value], work: ir.Value) -> None:
+        self.th = b.sdiv(b.add(d["oh"], I64(1)), I64(2))
+        self.tw = b.sdiv(b.add(d["ow"], I64(1)), I64(2))
+        self.tiles = b.mul(self.th, self.tw)
+        self.hp, self.wp = b.add(b.mul(self.th, I64(2)), I64(2)), b.add(b.mul(self.tw, I64(2)), I64(2))
+        self.plane, self.out_plane = b.mul(d["h"], d["w"]), b.mul(d["oh"], d["ow"])
+        self.padded_plane = b.mul(self.hp, self.wp)
+        self.v_stride, self.m_stride = b.mul(d["c"], self.tiles), b.mul(d["k"], self.tiles)
+        self.v_base = self.o_base = work  # the output tiles once V is read
+        self.m_base = self.p_base = _elem(b, work, b.mul(_smax(b, b.mul(I64(16), d["c"]), b.mul(I64(4), d["k"])),
+                                                         self.tiles))
+        self.direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(2)), I64(0)),
+                             b.icmp_signed("==", b.srem(d["ow"], I64(2)), I64(0)))
+        self.o_row = b.select(self.direct, d["ow"], b.mul(self.tw, I64(2)))
+
+
+def _share(b: ir.IRBuilder, extent: ir.Value, d: dict[str, ir.Value]) -> tuple[ir.Value, ir.Value]:
+    return (b.sdiv(b.mul(extent, d["task"]), d["tasks"]),
+            b.sdiv(b.mul(extent, b.add(d["task"], I64(1))), d["tasks"]))
+
+
+def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dict[str, ir.Value],
+                 lay: _WinogradLayout, xn: ir.Value, first: ir.Value, last: ir.Value) -> None:
+    """Channels ``[first, last)`` of one image: zero-padded to whole tiles, then ``V = Bᵀ d B``."""
+    def channel(c: ir.Value) -> None:
+        pc = _elem(b, lay.p_base, b.mul(c, lay.padded_plane))
+        _pad_plane(b, module, _elem(b, xn, b.mul(c, lay.plane)), pc, d["h"], d["w"], d["pt"], d["pl"],
+                   lay.hp, lay.wp)
+
+        def tile_row(ty: ir.Value) -> None:
+            top = _elem(b, pc, b.mul(b.mul(ty, I64(2)), lay.wp))
+            b.call(row_in, [top, _elem(b, lay.v_base, b.add(b.mul(c, lay.tiles), b.mul(ty, lay.tw))), lay.tw,
+                            lay.wp, lay.v_stride])
+        _loop(b, I64(0), lay.th, tile_row)
+    _loop(b, first, last, channel)
+
+
+def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: dict[str, ir.Value],
+                  lay: _WinogradLayout, yn: ir.Value, bias: ir.Value, first: ir.Value, last: ir.Value) -> None:
+    """Output channels ``[first, last)`` of one image: each ``M`` tile becomes ``Aᵀ m A`` (+ bias)."""
+    has_bias = b.icmp_signed("!=", d["has_bias"], I64(0))
+
+    def out_channel(k: ir.Value) -> None:
+        beta = b.select(has_bias, b.load(_elem(b, bias, b.select(has_bias, k, I64(0))), typ=F32), F32(0.0))
+        yk = _elem(b, yn, b.mul(k, lay.out_plane))
+        dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(4)))))
+
+        def tile_row(ty: ir.Value) -> None:
+            first_tile = _elem(b, lay.m_base, b.add(b.mul(k, lay.tiles), b.mul(ty, lay.tw)))
+            b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(2)), lay.o_row)), lay.tw, lay.o_row,
+                             lay.m_stride, beta])
+        _loop(b, I64(0), lay.th, tile_row)
+
+        def crop() -> None:
+            def row(r: ir.Value) -> None:
+                b.call(module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64]),
+                       [_elem(b, yk, b.mul(r, d["ow"])), _elem(b, dst, b.mul(r, lay.o_row)),
+                        b.mul(d["ow"], I64(4)), ir.IntType(1)(0)])
+            _loop(b, I64(0), d["oh"], row)
+        _if(b, b.not_(lay.direct), crop)
+    _loop(b, first, last, out_channel)
+
+
 def _winograd(module: ir.Module) -> None:
     """A 3x3 stride-1 conv as Winograd F(2x2, 3x3): per image, the input is zero-padded to
     whole tiles, each 4x4 tile becomes ``V = Bᵀ d B`` (16 values, laid out ``[16, C, tiles]``),
     16 sgemm make ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``), and each ``M`` tile becomes
     the 2x2 output ``Aᵀ m A`` (+ bias), written in place or, for odd output sizes, into whole
     tiles and cropped. The tile loops have no conditions, so LLVM vectorizes them (stride-2
-    loads and stores). 2.25x fewer multiplications than the direct conv."""
+    loads and stores). 2.25x fewer multiplications than the direct conv. (A program splits the
+    three phases across threads: ``md_winograd_in``, a batched sgemm, ``md_winograd_out``.)"""
     row_in, row_out = _winograd_rows(module)
     b, args, dims = _define(module, "md_winograd3x3")
     x, u, y, work, fn, bias = (_arg(b, args, i, PTR) for i in range(6))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_DIMS)}
     callee = _Callee(fn, _SGEMM)
-    th = b.sdiv(b.add(d["oh"], I64(1)), I64(2))
-    tw = b.sdiv(b.add(d["ow"], I64(1)), I64(2))
-    tiles = b.mul(th, tw)
-    hp, wp = b.add(b.mul(th, I64(2)), I64(2)), b.add(b.mul(tw, I64(2)), I64(2))
-    plane, out_plane, padded_plane = b.mul(d["h"], d["w"]), b.mul(d["oh"], d["ow"]), b.mul(hp, wp)
-    v_stride, m_stride = b.mul(d["c"], tiles), b.mul(d["k"], tiles)
-    v_base = o_base = work  # the output tiles once V is read
-    m_base = p_base = _elem(b, v_base, b.mul(_smax(b, b.mul(I64(16), d["c"]), b.mul(I64(4), d["k"])), tiles))
-    has_bias = b.icmp_signed("!=", d["has_bias"], I64(0))
-    direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(2)), I64(0)),
-                    b.icmp_signed("==", b.srem(d["ow"], I64(2)), I64(0)))
-    o_row = b.select(direct, d["ow"], b.mul(tw, I64(2)))
+    lay = _WinogradLayout(b, d, work)
 
     def image(n: ir.Value) -> None:
-        xn = _elem(b, x, b.mul(b.mul(n, d["c"]), plane))
-        yn = _elem(b, y, b.mul(b.mul(n, d["k"]), out_plane))
-
-        def pad(c: ir.Value) -> None:
-            _pad_plane(b, module, _elem(b, xn, b.mul(c, plane)), _elem(b, p_base, b.mul(c, padded_plane)),
-                       d["h"], d["w"], d["pt"], d["pl"], hp, wp)
-        _loop(b, I64(0), d["c"], pad)
-
-        def channel(c: ir.Value) -> None:
-            pc = _elem(b, p_base, b.mul(c, padded_plane))
-
-            def tile_row(ty: ir.Value) -> None:
-                top = _elem(b, pc, b.mul(b.mul(ty, I64(2)), wp))
-                b.call(row_in, [top, _elem(b, v_base, b.add(b.mul(c, tiles), b.mul(ty, tw))), tw, wp, v_stride])
-            _loop(b, I64(0), th, tile_row)
-        _loop(b, I64(0), d["c"], channel)
+        xn = _elem(b, x, b.mul(b.mul(n, d["c"]), lay.plane))
+        yn = _elem(b, y, b.mul(b.mul(n, d["k"]), lay.out_plane))
+        _winograd_in(b, module, row_in, d, lay, xn, I64(0), d["c"])
 
         def product(e: ir.Value) -> None:
-            b.call(callee, [I32(CBLAS_ROW_MAJOR), I32(CBLAS_NO_TRANS), I32(CBLAS_NO_TRANS), d["k"], tiles, d["c"],
-                            F32(1.0), _elem(b, u, b.mul(e, b.mul(d["k"], d["c"]))), d["c"],
-                            _elem(b, v_base, b.mul(e, v_stride)), tiles, F32(0.0),
-                            _elem(b, m_base, b.mul(e, m_stride)), tiles])
+            b.call(callee, [I32(CBLAS_ROW_MAJOR), I32(CBLAS_NO_TRANS), I32(CBLAS_NO_TRANS), d["k"], lay.tiles,
+                            d["c"], F32(1.0), _elem(b, u, b.mul(e, b.mul(d["k"], d["c"]))), d["c"],
+                            _elem(b, lay.v_base, b.mul(e, lay.v_stride)), lay.tiles, F32(0.0),
+                            _elem(b, lay.m_base, b.mul(e, lay.m_stride)), lay.tiles])
         _loop(b, I64(0), I64(16), product)
-
-        def out_channel(k: ir.Value) -> None:
-            beta = b.select(has_bias, b.load(_elem(b, bias, b.select(has_bias, k, I64(0))), typ=F32), F32(0.0))
-            yk = _elem(b, yn, b.mul(k, out_plane))
-            dst = b.select(direct, yk, _elem(b, o_base, b.mul(k, b.mul(tiles, I64(4)))))
-
-            def tile_row(ty: ir.Value) -> None:
-                first = _elem(b, m_base, b.add(b.mul(k, tiles), b.mul(ty, tw)))
-                b.call(row_out, [first, _elem(b, dst, b.mul(b.mul(ty, I64(2)), o_row)), tw, o_row, m_stride, beta])
-            _loop(b, I64(0), th, tile_row)
-
-            def crop() -> None:
-                def row(r: ir.Value) -> None:
-                    b.call(module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64]),
-                           [_elem(b, yk, b.mul(r, d["ow"])), _elem(b, dst, b.mul(r, o_row)),
-                            b.mul(d["ow"], I64(4)), ir.IntType(1)(0)])
-                _loop(b, I64(0), d["oh"], row)
-            _if(b, b.not_(direct), crop)
-        _loop(b, I64(0), d["k"], out_channel)
+        _winograd_out(b, module, row_out, d, lay, yn, bias, I64(0), d["k"])
 
     _loop(b, I64(0), d["n"], image)
+    b.ret_void()
+
+
+def _winograd_phase(module: ir.Module, phase: str) -> None:
+    """``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
+    share of one image's channels into V) or ``md_winograd_out`` (args ``[work, y, bias]``: its
+    share of the output channels from M); dims :data:`WINOGRAD_TASK_DIMS`, ``n`` is 1."""
+    row_in, row_out = _winograd_rows(module)
+    b, args, dims = _define(module, f"md_winograd_{phase}")
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_TASK_DIMS)}
+    if phase == "in":
+        x, work = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+        first, last = _share(b, d["c"], d)
+        _winograd_in(b, module, row_in, d, _WinogradLayout(b, d, work), x, first, last)
+    else:
+        work, y, bias = (_arg(b, args, i, PTR) for i in range(3))
+        first, last = _share(b, d["k"], d)
+        _winograd_out(b, module, row_out, d, _WinogradLayout(b, d, work), y, bias, first, last)
     b.ret_void()
 
 
@@ -337,4 +384,4 @@ def _pad2d(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS", "WINOGRAD_DIMS", "winograd_workspace"]
+__all__ = ["CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "winograd_workspace"]

@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,27 +130,6 @@ ALIAS: Any = _Alias()
 """The lowering of a step whose (only) output is its first input's memory, reshaped."""
 
 
-_BINDING = threading.local()
-
-
-@contextlib.contextmanager
-def binding(threads: int) -> Iterator[None]:
-    """Lowerings called inside run on ``threads`` threads (see :func:`binding_threads`)."""
-    saved = getattr(_BINDING, "threads", 1)
-    _BINDING.threads = threads
-    try:
-        yield
-    finally:
-        _BINDING.threads = saved
-
-
-def binding_threads() -> int:
-    """The threads of the binding being prepared: a lowering whose routine runs on one thread
-    only (Winograd: its 16 products are sgemm calls inside it) is not chosen when there are
-    more, as the pool would idle through it."""
-    return int(getattr(_BINDING, "threads", 1))
-
-
 def needing(lower: Lowering, *routines: str) -> Lowering:
     """``lower``, marked with the native routines its calls use (``lower.needs``), so that a
     compile makes them ready and a run compiles nothing."""
@@ -203,7 +182,8 @@ SPLIT_MIN = 16
 
 def sgemm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
     """One ``md_sgemm`` call (``options``: the rest of :func:`sgemm_dims`) that splits across
-    the worker pool by batch, else by the columns or rows of C, whichever is wider.
+    the worker pool by batch, else by the columns of C when A is the smaller operand (each task
+    packs all of A), else by its rows.
 
     Example:
         >>> call = sgemm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 1, 128, 768, 768, "sgemm")
@@ -216,10 +196,15 @@ def sgemm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: 
             return None
         if batch >= count:
             split = 0
-        elif max(m, n) >= SPLIT_MIN * count:
-            split = 1 if n >= m else 2
         else:
-            return None
+            # each task packs its own share of one operand and all of the other: split the one
+            # whose whole copy would cost more (columns of C share A [m, k]; rows share B [k, n])
+            by_columns = m * k <= k * n
+            if (n if by_columns else m) < SPLIT_MIN * count:
+                by_columns = not by_columns
+                if (n if by_columns else m) < SPLIT_MIN * count:
+                    return None
+            split = 1 if by_columns else 2
         return [sgemm_dims(batch, m, n, k, **options, split=split, task=t, tasks=count) for t in range(count)]
 
     return Call(native_function("md_sgemm"), args, sgemm_dims(batch, m, n, k, **options), what, tasks)
@@ -440,7 +425,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
             return _depthwise(sx, sw, win, begin, end, sources, bias, out, dtype, depthwise)
         taps = kernel[0] * kernel[1]
         if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) and group == 1 \
-                and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8 and binding_threads() == 1:
+                and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8:
             if not transformed:
                 transformed.append(winograd_weights(weight))
             step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0])
@@ -468,7 +453,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     if group > 1:
         routines += ["md_pad2d", "md_conv2d"]
     elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
-        routines.append("md_winograd3x3")
+        routines += ["md_winograd_in", "md_winograd_out"]
     return needing(lower, *routines)
 
 
@@ -506,33 +491,56 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
                         sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray) -> NativeStep | None:
-    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None."""
+    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
+    per image, the input transform split over the channels, the 16 products as one batched
+    sgemm split over them, the output transform split over the output channels."""
     n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
-    wino_dims = (n, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
-    cols_dims = (c, h, w, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 0, 1)
+    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
+    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
-    key = ("conv2d 3x3 per image", *wino_dims[1:])  # both loop over the images: timed on one
+    m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
+    gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
+    products = {"strides": (k * c, c * tiles, k * tiles)}
+
+    def split(extent: int) -> Callable[[int], list[tuple[int, ...]] | None]:
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or extent < count:
+                return None
+            return [(*one, t, count) for t in range(count)]
+        return tasks
+
+    # timed on one image: both candidates loop over the images
     x = np.zeros((1, *sx[1:]), np.float32)
     y = np.empty((1, k, oh, ow), np.float32)
     wt = np.zeros(sw, np.float32)
     b = np.zeros(k, np.float32)
     work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
-    gemm = blas.cblas_address("sgemm")
+    cols_dims = (c, h, w, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 0, 1)
     im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
     product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
                                                        b.ctypes.data, 0], sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
-    winner, timings = measured_choice(key, {
-        "winograd": timed_call(native_function("md_winograd3x3"),
-                               [x.ctypes.data, u.ctypes.data, y.ctypes.data, work.ctypes.data, gemm, b.ctypes.data],
-                               (1, *wino_dims[1:])),
-        "im2col": lambda: (im2col(), product())})
+    phases = (timed_call(native_function("md_winograd_in"), [x.ctypes.data, work.ctypes.data], (*one, 0, 1)),
+              timed_call(native_function("md_sgemm"), [u.ctypes.data, work.ctypes.data, work.ctypes.data + m_offset,
+                                                       gemm, 0, gemv], sgemm_dims(16, k, tiles, c, **products)),
+              timed_call(native_function("md_winograd_out"), [work.ctypes.data, y.ctypes.data, b.ctypes.data],
+                         (*one, 0, 1)))
+    winner, timings = measured_choice(("conv2d 3x3 per image", *one[1:]), {
+        "winograd": lambda: [phase() for phase in phases], "im2col": lambda: (im2col(), product())})
     if winner != "winograd":
         return None
-    args = (sources[0], Arg("addr", u.ctypes.data), out, Arg("scratch", 0), *_blas(), bias)
-    call = Call(native_function("md_winograd3x3"), args, wino_dims, f"conv2d winograd F(2x2,3x3) (measured: {timings})")
-    return NativeStep((call,), (wino_work,), (u,))
+    scratch = Arg("scratch", 0)
+    what = f"conv2d winograd F(2x2,3x3) (measured: {timings})"
+    calls: list[Call] = []
+    for i in range(n):
+        calls.append(Call(native_function("md_winograd_in"), (sources[0].at(4 * i * c * h * w), scratch),
+                          (*one, 0, 1), what + " input", split(c)))
+        calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
+                                 *_blas("sgemv")), 16, k, tiles, c, what + " products", **products))
+        calls.append(Call(native_function("md_winograd_out"), (scratch, out.at(4 * i * k * oh * ow), bias),
+                          (*one, 0, 1), what + " output", split(k)))
+    return NativeStep(tuple(calls), (wino_work,), (u,))
 
 
 def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int], sources: Sequence[Arg],
@@ -627,7 +635,6 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
     return lower
 
 
-__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "binding",
-           "binding_threads", "conv_lowering",
+__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering", "conv_lowering",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
            "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once", "winograd_weights"]

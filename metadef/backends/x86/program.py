@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
-from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep, binding
+from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
@@ -182,9 +182,8 @@ class BoundProgram:
                 native = _copy_step(ins[0], outs[0])
             elif lowering is not None:
                 try:
-                    with binding(self.threads):
-                        native = lowering([None if st is None else st.shape for st in ins],
-                                          [o.shape for o in outs], self.symbols)
+                    native = lowering([None if st is None else st.shape for st in ins], [o.shape for o in outs],
+                                      self.symbols)
                 except MetadefError as e:
                     native = f"{type(e).__name__}: {e}"
             if isinstance(native, NativeStep):
