@@ -12,7 +12,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_conv2d``: a 2-D convolution (grouped, strided, dilated, padded) as our own im2col into
   a workspace and one ``sgemm`` per image and group, the bias written into the output first;
   a 1x1 stride-1 unpadded conv reads its input in place.
-- ``md_winograd3x3``: a 3x3 stride-1 conv as Winograd F(2x2, 3x3) around 16 sgemm.
+- ``md_winograd_in`` / ``md_winograd_out``: the transforms of a 3x3 stride-1 conv as Winograd
+  F(2x2, 3x3), around a batched sgemm of 16 products.
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
   activation applied before the store (:mod:`.native_gemm`).
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
@@ -56,8 +57,7 @@ from metadef.codegen.native_conv import (
     _im2col,
     _im2col_task,
     _pad2d,
-    _winograd,
-    _winograd_phase,
+    _winograd_phases,
     winograd_workspace,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
@@ -191,9 +191,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
-    "md_winograd3x3": _winograd,
-    "md_winograd_in": lambda module: _winograd_phase(module, "in"),
-    "md_winograd_out": lambda module: _winograd_phase(module, "out"),
+    "md_winograd_phases": _winograd_phases,
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
     "md_gemm": _gemm,
@@ -205,7 +203,8 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_gemm", "md_depthwise"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 
-MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker")}
+MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker"),
+                  "md_winograd_phases": ("md_winograd_in", "md_winograd_out")}
 """The symbols of a routine's module besides the routine (by the routine's name)."""
 
 MODULE_OF = {symbol: routine for routine, symbols in MODULE_SYMBOLS.items() for symbol in symbols}

@@ -35,9 +35,8 @@ CONV2D_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "kh", "kw", "sh", "sw", "dh"
 """The dims of ``md_conv2d``: args are ``[x, w, y, workspace, cblas_sgemm, bias]``."""
 
 WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias")
-"""The dims of ``md_winograd3x3``: args are ``[x, u, y, workspace, cblas_sgemm, bias]`` with
-``u`` the transformed weights ``[16, K, C]`` and a workspace of :func:`winograd_workspace`
-floats."""
+"""The shape dims of a Winograd F(2x2, 3x3) conv (see :data:`WINOGRAD_TASK_DIMS`); its
+workspace is :func:`winograd_workspace` floats and its weights ``u`` are transformed, ``[16, K, C]``."""
 
 WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
 """The dims of ``md_winograd_in`` and ``md_winograd_out`` (one image: ``n`` is 1)."""
@@ -185,7 +184,7 @@ def _pad_plane(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Value,
 
 
 def winograd_workspace(c: int, k: int, oh: int, ow: int) -> int:
-    """The floats of ``md_winograd3x3``'s workspace: two regions, the first for V (then the
+    """The floats of a Winograd conv's workspace (one image): two regions, the first for V (then the
     whole output tiles, once V is read), the second for the padded image (then M, once the
     image is transformed).
 
@@ -308,54 +307,32 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
     _loop(b, first, last, out_channel)
 
 
-def _winograd(module: ir.Module) -> None:
-    """A 3x3 stride-1 conv as Winograd F(2x2, 3x3): per image, the input is zero-padded to
-    whole tiles, each 4x4 tile becomes ``V = Bᵀ d B`` (16 values, laid out ``[16, C, tiles]``),
-    16 sgemm make ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``), and each ``M`` tile becomes
-    the 2x2 output ``Aᵀ m A`` (+ bias), written in place or, for odd output sizes, into whole
-    tiles and cropped. The tile loops have no conditions, so LLVM vectorizes them (stride-2
-    loads and stores). 2.25x fewer multiplications than the direct conv. (A program splits the
-    three phases across threads: ``md_winograd_in``, a batched sgemm, ``md_winograd_out``.)"""
+def _winograd_phases(module: ir.Module) -> None:
+    """A 3x3 stride-1 conv as Winograd F(2x2, 3x3), in the phases a program runs per image:
+    the input is zero-padded to whole tiles and each 4x4 tile becomes ``V = Bᵀ d B`` (16 values,
+    laid out ``[16, C, tiles]``); 16 products ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``, a
+    batched sgemm between the phases); each ``M`` tile becomes the 2x2 output ``Aᵀ m A`` (+ bias),
+    written in place or, for odd output sizes, into whole tiles and cropped. The tile loops
+    have no conditions, so LLVM vectorizes them. 2.25x fewer multiplications than the direct
+    conv.
+
+    ``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
+    share of one image's channels into V) and ``md_winograd_out`` (args ``[work, y, bias]``: its
+    share of the output channels from M), in one module; dims :data:`WINOGRAD_TASK_DIMS`, ``n``
+    is 1."""
     row_in, row_out = _winograd_rows(module)
-    b, args, dims = _define(module, "md_winograd3x3")
-    x, u, y, work, fn, bias = (_arg(b, args, i, PTR) for i in range(6))
-    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_DIMS)}
-    callee = _Callee(fn, _SGEMM)
-    lay = _WinogradLayout(b, d, work)
-
-    def image(n: ir.Value) -> None:
-        xn = _elem(b, x, b.mul(b.mul(n, d["c"]), lay.plane))
-        yn = _elem(b, y, b.mul(b.mul(n, d["k"]), lay.out_plane))
-        _winograd_in(b, module, row_in, d, lay, xn, I64(0), d["c"])
-
-        def product(e: ir.Value) -> None:
-            b.call(callee, [I32(CBLAS_ROW_MAJOR), I32(CBLAS_NO_TRANS), I32(CBLAS_NO_TRANS), d["k"], lay.tiles,
-                            d["c"], F32(1.0), _elem(b, u, b.mul(e, b.mul(d["k"], d["c"]))), d["c"],
-                            _elem(b, lay.v_base, b.mul(e, lay.v_stride)), lay.tiles, F32(0.0),
-                            _elem(b, lay.m_base, b.mul(e, lay.m_stride)), lay.tiles])
-        _loop(b, I64(0), I64(16), product)
-        _winograd_out(b, module, row_out, d, lay, yn, bias, I64(0), d["k"])
-
-    _loop(b, I64(0), d["n"], image)
-    b.ret_void()
-
-
-def _winograd_phase(module: ir.Module, phase: str) -> None:
-    """``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
-    share of one image's channels into V) or ``md_winograd_out`` (args ``[work, y, bias]``: its
-    share of the output channels from M); dims :data:`WINOGRAD_TASK_DIMS`, ``n`` is 1."""
-    row_in, row_out = _winograd_rows(module)
-    b, args, dims = _define(module, f"md_winograd_{phase}")
-    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_TASK_DIMS)}
-    if phase == "in":
-        x, work = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
-        first, last = _share(b, d["c"], d)
-        _winograd_in(b, module, row_in, d, _WinogradLayout(b, d, work), x, first, last)
-    else:
-        work, y, bias = (_arg(b, args, i, PTR) for i in range(3))
-        first, last = _share(b, d["k"], d)
-        _winograd_out(b, module, row_out, d, _WinogradLayout(b, d, work), y, bias, first, last)
-    b.ret_void()
+    for phase in ("in", "out"):
+        b, args, dims = _define(module, f"md_winograd_{phase}")
+        d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_TASK_DIMS)}
+        if phase == "in":
+            x, work = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+            first, last = _share(b, d["c"], d)
+            _winograd_in(b, module, row_in, d, _WinogradLayout(b, d, work), x, first, last)
+        else:
+            work, y, bias = (_arg(b, args, i, PTR) for i in range(3))
+            first, last = _share(b, d["k"], d)
+            _winograd_out(b, module, row_out, d, _WinogradLayout(b, d, work), y, bias, first, last)
+        b.ret_void()
 
 
 def _pad2d(module: ir.Module) -> None:

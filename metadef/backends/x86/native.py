@@ -397,7 +397,8 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                   depthwise: Callable[..., Any] | None, weight: np.ndarray | None = None) -> Lowering:
     """A 2-D Conv: each image's im2col then a split sgemm (a 1x1 conv: one batched sgemm; a
     grouped conv: ``md_conv2d``) or, for a 3x3 stride-1 conv with constant
-    weights, ``md_winograd3x3`` when it measures faster on these shapes; for a depthwise
+    weights, Winograd F(2x2,3x3) (``md_winograd_in``/``_out`` around a batched sgemm) when it
+    measures faster on these shapes; for a depthwise
     conv ``md_pad2d`` and a generated window-sum kernel (``depthwise``: the node compiler)."""
     group = int(attrs.get("group") or 1)
     transformed: list[np.ndarray] = []
