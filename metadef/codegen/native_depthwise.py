@@ -35,13 +35,16 @@ from metadef.codegen.native_ir import (
     I32,
     I64,
     PTR,
+    V8,
     _arg,
+    _bounded,
     _define,
     _elem,
     _float_bits,
     _internal,
     _loop,
     _smax,
+    _splat,
 )
 
 DEPTHWISE_DIMS = ("planes", "c", "h", "w", "oh", "ow", "sh", "sw", "pt", "pl", "lo", "hi", "task", "tasks")
@@ -69,18 +72,11 @@ def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int],
     return tuple(values[d] for d in DEPTHWISE_DIMS)
 
 
-V8 = ir.VectorType(F32, 8)
 EVEN = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 9, 11, 13, 15])
 
 
-def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    v = b.insert_element(ir.Constant(V8, ir.Undefined), value, I32(0))
-    return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
-def _bounded(b: ir.IRBuilder, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
-    return b.select(b.fcmp_ordered(">", v, hi), hi, v)
 
 
 def _interior(module: ir.Module, stride: int | None) -> ir.Function:

@@ -48,7 +48,20 @@ import struct
 import numpy as np
 from llvmlite import ir
 
-from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _float_bits, _if, _loop
+from metadef.codegen.native_ir import (
+    F32,
+    I64,
+    PTR,
+    V8,
+    _arg,
+    _bounded,
+    _define,
+    _elem,
+    _float_bits,
+    _if,
+    _loop,
+    _splat,
+)
 
 MR, NR = 6, 16
 """The register tile: output channels x pixels (two 8-float vectors a channel)."""
@@ -61,7 +74,6 @@ CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "task",
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
 ``lo`` and ``hi`` are float32 bits (``-inf`` / ``inf`` for no bound)."""
 
-V8 = ir.VectorType(F32, 8)
 
 
 def pack_conv1x1_weights(w: np.ndarray) -> np.ndarray:
@@ -95,15 +107,8 @@ def conv1x1_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False,
     return tuple(values[d] for d in CONV1X1_DIMS)
 
 
-def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    v = b.insert_element(ir.Constant(V8, ir.Undefined), value, I32(0))
-    return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
-def _bounded(b: ir.IRBuilder, v: ir.Value, low: ir.Value, high: ir.Value) -> ir.Value:
-    """``min(max(v, low), high)`` lane by lane, NaN kept (as numpy's clip)."""
-    v = b.select(b.fcmp_ordered("<", v, low), low, v)
-    return b.select(b.fcmp_ordered(">", v, high), high, v)
 
 
 def _fma(module: ir.Module) -> ir.Function:

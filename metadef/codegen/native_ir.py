@@ -22,6 +22,7 @@ from llvmlite import ir
 CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 I64, I32, F32 = ir.IntType(64), ir.IntType(32), ir.FloatType()
 PTR = ir.PointerType()
+V8 = ir.VectorType(F32, 8)
 _FN = ir.FunctionType(ir.VoidType(), [PTR, PTR])
 _SGEMM = ir.FunctionType(ir.VoidType(), [I32, I32, I32, I64, I64, I64, F32, PTR, I64, PTR, I64, F32, PTR, I64])
 _SGEMV = ir.FunctionType(ir.VoidType(), [I32, I32, I64, I64, F32, PTR, I64, PTR, I64, F32, PTR, I64])
@@ -73,6 +74,18 @@ def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """``value`` in all 8 lanes of a vector."""
+    v = b.insert_element(ir.Constant(V8, ir.Undefined), value, I32(0))
+    return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+
+
+def _bounded(b: ir.IRBuilder, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """``min(max(v, lo), hi)`` (scalars or lane by lane), NaN kept, as numpy's clip."""
+    v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
+    return b.select(b.fcmp_ordered(">", v, hi), hi, v)
+
+
 def _define(module: ir.Module, name: str) -> tuple[ir.IRBuilder, ir.Value, ir.Value]:
     fn = ir.Function(module, _FN, name)
     fn.attributes.add("nounwind")
@@ -115,4 +128,4 @@ def _internal(module: ir.Module, name: str, params: list[ir.Type], noalias: tupl
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
-__all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "F32", "I32", "I64", "PTR"]
+__all__ = ["CBLAS_NO_TRANS", "CBLAS_ROW_MAJOR", "CBLAS_TRANS", "F32", "I32", "I64", "PTR", "V8"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import conv1x1, gemm, native
+from metadef.backends.x86.conv_lowering import conv_lowering
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -336,7 +337,7 @@ def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequenc
     """A Conv node's lowering: a pointwise conv through our own kernel (with ``epilogue``: its
     residual and bounds) where it measures faster, else im2col / Winograd / depthwise."""
     attrs, weight = attrs_of(node), consts[1] if len(consts) > 1 else None
-    general = native.conv_lowering(attrs, sources, out, _dtype_of(node),
+    general = conv_lowering(attrs, sources, out, _dtype_of(node),
                                    None if CODEGEN_MISSING is not None else compile_node, weight)
     bias = sources[2] if len(sources) > 2 else NULL
     if _depthwise3x3(node, consts):

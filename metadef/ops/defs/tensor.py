@@ -597,8 +597,5 @@ Range = metaop(
                      "max(0, ceil((limit - start) / delta)) elements.",
 )
 
-
-__all__ = [
-    "Concat", "ConstantOfShape", "Expand", "Flatten", "Pad", "Range", "Reshape", "Shape", "Size",
-    "Split", "Squeeze", "Tile", "Transpose", "Unsqueeze",
-]
+__all__ = ["Concat", "ConstantOfShape", "Expand", "Flatten", "Pad", "Range", "Reshape", "Shape", "Size", "Split",
+           "Squeeze", "Tile", "Transpose", "Unsqueeze"]

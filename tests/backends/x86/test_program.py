@@ -185,8 +185,8 @@ def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
 @pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1)])
 def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest.MonkeyPatch, choice: str,
                                                              size: int, pad: int) -> None:
-    from metadef.backends.x86 import native
-    monkeypatch.setattr(native, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    from metadef.backends.x86 import conv_lowering
+    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     out = size + 2 * pad - 2
     g = _graph(f"""graph g(%x: f32[n,8,{size},{size}]) -> (%y) {{
       %w: f32[12,8,3,3] = const
