@@ -565,8 +565,7 @@ def _range_length(ctx: InferContext) -> Dim | None:
 
 
 def _range_rule(ctx: InferContext) -> list[Any]:
-    """Scalars; a one-element 1-D tensor is taken as one too, as ONNX Runtime does (ONNX's own
-    function bodies, AffineGrid's, pass them)."""
+    """Scalars, or one-element 1-D tensors as ONNX Runtime takes them (AffineGrid's body passes them)."""
     for i in range(3):
         shape = ctx.shape(i)
         if shape is not None and (len(shape) > 1 or (
