@@ -112,8 +112,9 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
 
     routines = ["md_im2col_task", "md_sgemm"]
     strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
-    if group > 1:
-        routines += ["md_pad2d", "md_conv2d"]
+    if group > 1:  # a depthwise conv (one input channel per output channel) pads; others: md_conv2d
+        depthwise_only = weight is not None and weight.shape[1] == 1 and weight.shape[0] == group
+        routines += ["md_pad2d"] if depthwise_only else ["md_pad2d", "md_conv2d"]
     elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         routines += ["md_winograd_in", "md_winograd_out"]
     return needing(lower, *routines)
