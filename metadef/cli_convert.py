@@ -126,6 +126,7 @@ def inspect_mdef(path: str | Path, as_json: bool = False) -> None:
         if as_json:
             click.echo(json.dumps({"path": str(f.path), "version": list(f.version), "size": f.size,
                                    "layers": f.layers, "code_targets": f.code_targets(),
+                                   "code_hashes": {t: f.code_hash(t) for t in f.code_targets()},
                                    "tensors": [{"name": r.name, "dtype": r.dtype.name, "shape": list(r.shape),
                                                 "format": FORMAT_NAMES.get(r.format, str(r.format)),
                                                 "sparse": bool(r.flags & 1), "bytes": r.nbytes,
@@ -149,8 +150,8 @@ def inspect_mdef(path: str | Path, as_json: bool = False) -> None:
             table.add_row(escape(r.name), r.dtype.name, "x".join(map(str, r.shape)) or "scalar", fmt,
                           f"{r.nbytes:,}", f"{r.offset:,}", "" if err is None else f"{err:.3g}")
         console.print(table)
-        if f.code_targets():
-            console.print(f"precompiled code for: {', '.join(f.code_targets())}")
+        for target in f.code_targets():  # the hash is what safety.trusted_code_hashes pins
+            console.print(f"precompiled code for {escape(target)}: {f.code_hash(target)}")
 
 
 @click.command("verify")

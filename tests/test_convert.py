@@ -108,6 +108,20 @@ def test_inspect_shows_four_layers_and_the_tensor_table(tmp_path: Path, capsys: 
     assert row["format"] == "int4" and row["shape"] == [512, 784] and row["offset"] % 64 == 0
 
 
+def test_inspect_prints_the_hash_that_trusts_a_code_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    from metadef.format import save_graph
+    from metadef.format.reader import code_hash_of
+    from metadef.ir import parse_graph
+
+    g = parse_graph("graph g(%x: f32[2]) -> (%y) { %y: f32[2] = Relu(%x) return %y }")
+    path = save_graph(g, tmp_path / "c.mdef", code={"x86": b"object code"})
+    inspect_mdef(path)
+    assert f"precompiled code for x86: {code_hash_of(b'object code')}" in capsys.readouterr().out
+    inspect_mdef(path, as_json=True)
+    assert json.loads(capsys.readouterr().out)["code_hashes"] == {"x86": code_hash_of(b"object code")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilenetv2", "resnet50", "bert"])
 def test_zoo_file_size_targets(name: str, tmp_path: Path) -> None:
