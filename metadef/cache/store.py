@@ -124,6 +124,21 @@ def _max_bytes_default() -> int:
     return int(text) if text else DEFAULT_MAX_BYTES
 
 
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file in the same folder, then a rename: a
+    reader sees the old entry, the whole new one, or none; never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:8]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
 class Store:
     """The on-disk cache (see the module doc). ``root`` defaults to ``METADEF_CACHE_DIR``."""
 
@@ -215,33 +230,13 @@ class Store:
         path = self.root / level / f"{digest}{SUFFIX}"
         if path.is_file():
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:8]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(path, data)
         self._pending[f"{level}.imports"] += 1
         return True
 
     def put(self, key: CacheKey, manifest: Mapping[str, Any], blobs: Mapping[str, bytes]) -> None:
         """Write the entry atomically (temporary file, then rename), then keep under the cap."""
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = encode_entry(key, manifest, blobs)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key.digest[:8]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(self.path(key), encode_entry(key, manifest, blobs))
         self._pending[f"{key.level}.writes"] += 1
         self.evict()
 
