@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from metadef.cache.claims import Claims
 from metadef.cache.keys import (
     LEVELS,
     CacheKey,
@@ -107,6 +108,8 @@ class DiskKernelStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.used: dict[str, str] = {}
+        self.claims: Claims | None = None
+        """Set while processes share one compile (:mod:`metadef.cache.claims`)."""
 
     def load(self, structure: str, name: str) -> KernelCode | None:
         key = kernel_key(structure)
@@ -126,6 +129,29 @@ class DiskKernelStore:
             self.store.put(key, {**manifest, "name": name}, blobs)
         except OSError as e:
             log.warning("cache: cannot write kernel %s under %s (%s)", key.short, self.store.root, e)
+        if self.claims is not None:
+            self.claims.drop(key.digest)
+
+    def claim(self, structure: str, name: str) -> KernelCode | None:
+        """After a miss: None when this process compiles the kernel (a claim is taken while
+        processes share the compile), or the code another process compiled meanwhile."""
+        if self.claims is None:
+            return None
+        key = kernel_key(structure)
+        path = self.store.path(key)
+        return self.claims.acquire(key.digest, name, lambda: self.load(structure, name) if path.exists() else None)
+
+    def release(self, structure: str) -> None:
+        """Give back this process's claim on a kernel it failed to compile."""
+        if self.claims is not None:
+            self.claims.drop(kernel_key(structure).digest)
+
+    def share_compile(self, *, helper: bool) -> Claims:
+        """From now on, coordinate with other processes compiling into the same store:
+        claim each kernel before compiling it; a ``helper`` skips kernels another process
+        compiles instead of waiting for them."""
+        self.claims = Claims(self.store.root / "claims", skip=helper)
+        return self.claims
 
     def seen(self, structure: str, name: str) -> None:
         self.used[name] = kernel_key(structure).digest

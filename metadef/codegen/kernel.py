@@ -80,6 +80,40 @@ class KernelStore(Protocol):
     def seen(self, structure: str, name: str) -> None:
         """The kernel was found in this process's own cache."""
 
+    # Optional, for processes that share one compile (see :func:`load_or_claim`):
+    #   claim(structure, name) -> KernelCode | None: after ``load`` missed, the code another
+    #       process compiled meanwhile (waiting for it), or None: this process compiles it, and
+    #       ``save`` or ``release`` follows; raises CompiledElsewhere to skip the kernel;
+    #   release(structure) -> None: give a claim back (the compile failed).
+
+
+class CompiledElsewhere(Exception):
+    """Raised by a kernel store's ``claim`` when another process compiles the kernel and this
+    one should go on with other work (a helper process of a parallel compile)."""
+
+
+def load_or_claim(store: KernelStore | None, structure: str, name: str) -> KernelCode | None:
+    """The stored code for ``structure``, else None with the kernel claimed for this process
+    (when the store coordinates several processes): the caller compiles it and calls
+    ``store.save``, or :func:`release` when the compile fails.
+
+    Example:
+        >>> load_or_claim(None, "structure", "name") is None
+        True
+    """
+    if store is None:
+        return None
+    code = store.load(structure, name)
+    claim = getattr(store, "claim", None)
+    return code if code is not None or claim is None else claim(structure, name)
+
+
+def release(store: KernelStore | None, structure: str) -> None:
+    """Give back the claim :func:`load_or_claim` took, when no code was saved."""
+    give_back = getattr(store, "release", None)
+    if give_back is not None:
+        give_back(structure)
+
 
 _STORE: ContextVar[KernelStore | None] = ContextVar("metadef_kernel_store", default=None)
 
@@ -484,11 +518,15 @@ def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
             if store is not None:
                 store.seen(key, name)
             return hit
-        code = store.load(key, name) if store is not None else None
+        code = load_or_claim(store, key, name)
         if code is not None:
             address = _link(code)
         else:
-            code, address = _generate(body, key)
+            try:
+                code, address = _generate(body, key)
+            except BaseException:
+                release(store, key)
+                raise
             _LINKED[code.symbol] = address
             if store is not None:
                 store.save(key, name, code)
@@ -559,5 +597,5 @@ def compile_node(node: Node) -> Kernel:
     return _compile(body, f"{node.op} at {node.name}")
 
 
-__all__ = ["Kernel", "KernelCode", "KernelStore", "TensorSpec", "compile_group", "compile_node",
-           "kernel_store", "record_kernels", "replay_kernels"]
+__all__ = ["CompiledElsewhere", "Kernel", "KernelCode", "KernelStore", "TensorSpec", "compile_group", "compile_node",
+           "kernel_store", "load_or_claim", "record_kernels", "release", "replay_kernels"]

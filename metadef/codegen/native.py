@@ -46,7 +46,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from metadef.codegen.jit import compile_ir, load_object, object_code
-from metadef.codegen.kernel import KernelCode, current_store
+from metadef.codegen.kernel import KernelCode, current_store, load_or_claim, release
 from metadef.codegen.native_conv import (
     CONV2D_DIMS,
     IM2COL_DIMS,
@@ -251,14 +251,18 @@ def _build(name: str) -> dict[str, int]:
     # routine's name is enough here, and a hit needs no IR at all
     structure = f"md_native runtime {name}"
     store = current_store()
-    code = store.load(structure, name) if store is not None else None
+    code = load_or_claim(store, structure, name)
     if code is not None:
         try:
             return load_object(code.object_code, symbols)
         except BackendError:  # a damaged entry: compile it again
             pass
     module = f"md_native_{name}"
-    addresses = compile_ir(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND)
+    try:
+        addresses = compile_ir(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND)
+    except BaseException:
+        release(store, structure)
+        raise
     if store is not None:
         store.save(structure, name, KernelCode(name, object_code(module) or b"", (), (), (), ()))
     return addresses

@@ -6,7 +6,9 @@ mapping table (:mod:`metadef.backends.x86.mapping`); every kernel is compiled th
 symbolic sizes left as run-time arguments, so running a new batch size or sequence length
 compiles nothing. Nodes no strategy takes run on their reference kernel; each such fallback
 is logged (logger ``metadef.backends.x86``) and listed, with its reason, in
-``executable.fallbacks`` and ``executable.summary()``.
+``executable.fallbacks`` and ``executable.summary()``. On a cold compile, helper processes
+compile the same graph's kernels from other nodes on, on the other cores, sharing them
+through the compile cache's kernel level (:mod:`metadef.backends.x86.parallel`).
 
 ``run`` executes a :class:`~metadef.backends.x86.program.BoundProgram` prepared once per
 binding of the symbols: each step lowered to native calls (generated kernels, ``sgemm``/
@@ -47,6 +49,7 @@ import numpy as np
 from metadef.backends.base import plan_frees
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
+from metadef.backends.x86.parallel import helpers
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
@@ -108,6 +111,9 @@ class X86Executable:
                 with record_kernels() as structures:
                     choice = choose(n)
                 choices.append((choice, tuple(kernel_id(k) for k in structures)))
+            if CODEGEN_READY:  # in node order, like compile helpers (.parallel) do
+                for routine in needs(choices[-1][0].native):
+                    native_function(routine)
             if progress is not None:
                 progress(i + 1, len(graph.nodes), n.name)
         self._assemble(graph, threads, choices)
@@ -360,9 +366,12 @@ class X86Backend:
             set_threads(threads)
         if not cache:
             return X86Executable(graph, threads, progress=progress)
+        def build() -> X86Executable:
+            with helpers(graph):
+                return X86Executable(graph, threads, lambda structure: kernel_key(structure).digest, progress)
+
         executable = compile_cached(
-            graph, self.name, {"threads": threads},
-            lambda: X86Executable(graph, threads, lambda structure: kernel_key(structure).digest, progress),
+            graph, self.name, {"threads": threads}, build,
             replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load, progress), weights=False)
         executable.kernel_store = lambda: DiskKernelStore(Store())
         return executable

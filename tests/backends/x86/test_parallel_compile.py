@@ -1,0 +1,128 @@
+"""Parallel compile: helper processes share a cold compile through the kernel level; the
+executable is the same as a compile in one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import metadef as md
+from metadef.backends.x86.parallel import MIN_NODES, compile_workers, helper_order, helpers
+from metadef.core.errors import BackendError
+from metadef.ir import parse_graph
+
+pytestmark = [pytest.mark.jit, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")]
+
+# nine nodes of different elementwise kernels, a conv and a matmul: kernels and routines
+GRAPH = """graph g(%x: f32[n,4,6,6], %w: f32[6,5]) -> (%y, %z) {
+  %k: f32[4,4,3,3] = const
+  %c: f32[n,4,6,6] = Conv(%x, %k) {pads=[1,1,1,1]} @conv
+  %a: f32[n,4,6,6] = Exp(%c) @exp
+  %b: f32[n,4,6,6] = Tanh(%a) @tanh
+  %d: f32[n,4,6,6] = Sigmoid(%b) @sig
+  %e: f32[n,4,6,6] = Mul(%d, %b) @mul
+  %f: f32[n,144] = Flatten(%e) {axis=1} @flat
+  %g: f32[n,144] = Softmax(%f) {axis=1} @soft
+  %s: i64[3] = const
+  %h: f32[n,24,6] = Reshape(%g, %s) @split
+  %y: f32[n,24,6] = Abs(%h) @abs
+  %z: f32[n,24,5] = MatMul(%h, %w) @mm
+  return %y, %z }"""
+
+
+def _graph() -> md.Graph:
+    k = np.random.default_rng(0).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.2
+    return parse_graph(GRAPH, constants={"k": k, "s": np.array([-1, 24, 6], np.int64)})
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {"x": rng.standard_normal((2, 4, 6, 6)).astype(np.float32),
+            "w": rng.standard_normal((6, 5)).astype(np.float32)}
+
+
+SCRIPT = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {here!r})
+from test_parallel_compile import _feeds, _graph
+from metadef.backends.x86 import X86Backend
+from metadef.codegen.jit import generated_count
+exe = X86Backend().compile(_graph())
+outs = exe.run(_feeds(), {{"n": 2}})
+print(json.dumps({{"plan": [[p.node, p.kind, p.strategy, list(p.kernels)] for p in exe.plan],
+                  "generated": generated_count(), "outs": [o.tolist() for o in outs]}}))
+"""
+
+
+def _compile_in_a_process(cache: Path, workers: int) -> dict:
+    env = {**os.environ, "METADEF_CACHE_DIR": str(cache), "METADEF_COMPILE_WORKERS": str(workers)}
+    done = subprocess.run([sys.executable, "-c", SCRIPT.format(here=str(Path(__file__).parent))], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _kernels(cache: Path) -> set[str]:
+    return {p.name for p in (cache / "v1" / "kernel").glob("*.mdc")}
+
+
+def test_helpers_share_the_compile_and_the_executable_is_the_same(tmp_path: Path) -> None:
+    assert len(_graph().nodes) >= MIN_NODES
+    alone = _compile_in_a_process(tmp_path / "one", 1)
+    shared = _compile_in_a_process(tmp_path / "two", 2)
+    assert shared["plan"] == alone["plan"]  # kinds, strategies, kernel keys
+    assert shared["outs"] == alone["outs"]
+    # every kernel is on disk; the helper compiled some (the compiling process linked them)
+    assert _kernels(tmp_path / "one") == _kernels(tmp_path / "two")
+    assert shared["generated"] < alone["generated"]
+    assert not list((tmp_path / "two" / "v1" / "claims").glob("*"))  # every claim given back
+
+
+def test_a_claim_left_by_a_dead_process_does_not_stop_the_compile(tmp_path: Path) -> None:
+    alone = _compile_in_a_process(tmp_path / "one", 1)
+    claims = tmp_path / "two" / "v1" / "claims"
+    claims.mkdir(parents=True)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    for name in _kernels(tmp_path / "one"):  # every kernel claimed by a process that is gone
+        (claims / name.removesuffix(".mdc")).write_text(str(pid))
+    shared = _compile_in_a_process(tmp_path / "two", 2)
+    assert shared["plan"] == alone["plan"] and shared["outs"] == alone["outs"]
+
+
+def test_no_helpers_for_small_graphs_one_worker_or_no_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = _graph()
+    with helpers(g, workers=1) as started:
+        assert started == 0
+    with helpers(g, workers=2) as started:  # no kernel store in effect here
+        assert started == 0
+    small = parse_graph("graph s(%x: f32[n]) -> (%y) { %y: f32[n] = Relu(%x) return %y }")
+    with helpers(small, workers=2) as started:
+        assert started == 0
+
+
+def test_the_worker_count_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("METADEF_COMPILE_WORKERS", "3")
+    assert compile_workers() == 3
+    monkeypatch.delenv("METADEF_COMPILE_WORKERS")
+    assert 1 <= compile_workers() <= 4
+    for bad in ("two", "0"):
+        monkeypatch.setenv("METADEF_COMPILE_WORKERS", bad)
+        with pytest.raises(BackendError, match="METADEF_COMPILE_WORKERS"):
+            compile_workers()
+
+
+def test_helpers_start_at_different_nodes() -> None:
+    nodes = list(range(9))
+    orders = [helper_order(nodes, r, 3) for r in range(3)]
+    assert [o[0] for o in orders] == [0, 3, 6]
+    assert all(sorted(o) == nodes for o in orders)
