@@ -59,6 +59,7 @@ from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.core.flags import DEBUG
 from metadef.ir import Graph, Node, format_node
+from metadef.ir.verify import verify
 from metadef.ops import infer_types
 from metadef.shape import TensorType, evaluate_shape
 
@@ -365,8 +366,14 @@ class X86Backend:
         if threads is not None:
             set_threads(threads)
         if not cache:
+            verify(graph, types=True)
             return X86Executable(graph, threads, progress=progress)
+
         def build() -> X86Executable:
+            # native code trusts the declared types: one that inference contradicts (a
+            # hand-written graph) would write past a buffer. A cache hit's graph has the key's
+            # types, which were checked when the entry was built.
+            verify(graph, types=True)
             with helpers(graph):
                 return X86Executable(graph, threads, lambda structure: kernel_key(structure).digest, progress)
 

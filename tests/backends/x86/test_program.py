@@ -256,3 +256,13 @@ def test_parallel_programs_from_several_threads_share_the_pool_safely() -> None:
             np.testing.assert_allclose(got, want[i], rtol=1e-5, atol=1e-6)
 
     _in_threads(work, 3)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_declared_type_that_inference_contradicts_is_refused_before_any_code_runs(cache: bool) -> None:
+    # native code trusts the declared shapes: here it would write 24 rows into a 6-row output
+    g = parse_graph("""graph g(%h: f32[n,24,6], %w: f32[24,5]) -> (%z) {
+      %z: f32[n,6,5] = MatMul(%h, %w) @mm
+      return %z }""")
+    with pytest.raises(md.GraphError, match=r"mm \(MatMul\).*K to agree"):
+        md.compile(g, target="x86", cache=cache)
