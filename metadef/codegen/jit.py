@@ -39,7 +39,8 @@ _OBJECTS: dict[str, bytes] = {}
 _COUNT = [0]
 _GENERATED = [0]
 
-PIPELINE = "new-pm O3: loop+slp vectorize, unroll (kernels with reductions), interleave; mcjit jitdefault"
+PIPELINE = ("new-pm O3: loop+slp vectorize, unroll (kernels with reductions), interleave; O2 without vectorizers "
+            "for hand-vectorized routines; mcjit jitdefault")
 """What turns IR into object code here; part of every compile-cache key (change it with
 :func:`_optimize` or :func:`_target_machine`)."""
 
@@ -105,25 +106,28 @@ def _engine() -> llvm.ExecutionEngine:
     return engine  # type: ignore[return-value]
 
 
-def _optimize(module: llvm.ModuleRef, unroll: bool = True) -> None:
+def _optimize(module: llvm.ModuleRef, unroll: bool = True, vectorize: bool = True) -> None:
     machine = _target_machine()
-    options = llvm.create_pipeline_tuning_options(speed_level=3)
-    options.loop_vectorization = True
-    options.slp_vectorization = True
+    options = llvm.create_pipeline_tuning_options(speed_level=3 if vectorize else 2)
+    options.loop_vectorization = vectorize
+    options.slp_vectorization = vectorize
     options.loop_unrolling = unroll
-    options.loop_interleaving = True
+    options.loop_interleaving = vectorize
     builder = llvm.create_pass_builder(machine, options)
     manager = builder.getModulePassManager()
     manager.run(module, builder)
 
 
-def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True) -> dict[str, int]:
+def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True,
+               vectorize: bool = True) -> dict[str, int]:
     """Parse, verify, optimize (O3) and JIT one module; return ``{symbol: address}``.
 
     ``name`` identifies the module (and its object code in :func:`object_code`). A module that
     LLVM rejects raises :class:`BackendError` with LLVM's message. ``unroll=False``: no loop
     unrolling (the vectorizer still interleaves): a loop nest over small static extents
     (28 x 28 pixels) is otherwise unrolled whole, for no gain and up to a second of LLVM.
+    ``vectorize=False``: O2 without the loop and SLP vectorizers, for code whose vectors are
+    written out already (or that only dispatches): the same speed for half of LLVM's time.
     """
     _initialize()
     with _LOCK:
@@ -135,7 +139,7 @@ def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True) -> d
             module.verify()
         except RuntimeError as e:
             raise BackendError(f"LLVM rejected the IR of kernel {name}: {e}") from e
-        _optimize(module, unroll)
+        _optimize(module, unroll, vectorize)
         obj = _target_machine().emit_object(module)
         _GENERATED[0] += 1
         _OBJECTS[name] = obj
