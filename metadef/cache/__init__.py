@@ -218,7 +218,7 @@ def _replayed(key: CacheKey, graph: Graph, entry: Entry, replay: Replay[T], stor
 
 def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build: Callable[[], T],
                    store: Store | None = None, *, replay: Replay[T] | None = None,
-                   weights: bool = True) -> T:
+                   weights: bool = True, backend: str = "") -> T:
     """``build()``'s executable for ``graph``, from memory (when ``graph`` holds the very weight
     arrays of the remembered one: ``weights=False`` keys ignore their values), or built with every kernel looked
     up in (and written to) the on-disk cache; the model-level entry records the kernel keys
@@ -229,9 +229,10 @@ def compile_cached(graph: Graph, target: str, options: Mapping[str, Any], build:
     if the plan does not fit (:class:`PlanMismatch`), say why and build. ``weights=False``:
     the backend passes weights to its kernels at run time, so they count in the model key
     by dtype and shape only (:func:`~metadef.cache.keys.graph_hash`); their values still
-    reach each kernel key that compiles them in.
+    reach each kernel key that compiles them in. ``backend``: a digest of the backend's source
+    (:func:`~metadef.cache.keys.model_key`).
     """
-    key = model_key(graph_hash(graph, weights), target, options)
+    key = model_key(graph_hash(graph, weights), target, options, backend=backend)
     weights_in_memory = () if weights else _weights_of(graph)
     with _MEMORY_LOCK:
         hit = _MEMORY.get(key.digest)

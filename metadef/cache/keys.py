@@ -95,8 +95,9 @@ def kernel_key(structure: str, env: Mapping[str, str] | None = None) -> CacheKey
 
 
 def model_key(graph_hash: str, target: str, options: Mapping[str, Any],
-              env: Mapping[str, str] | None = None) -> CacheKey:
-    """The key of a whole compiled graph for a target and options.
+              env: Mapping[str, str] | None = None, backend: str = "") -> CacheKey:
+    """The key of a whole compiled graph for a target and options; ``backend``: a digest of
+    the backend's source, whose plans a change there would make stale.
 
     Example:
         >>> k = model_key("g1", "x86", {"threads": 2}, {"metadef": "0.1.0"})
@@ -104,7 +105,9 @@ def model_key(graph_hash: str, target: str, options: Mapping[str, Any],
         '{"threads":2}'
     """
     opts = json.dumps({k: options[k] for k in sorted(options)}, separators=(",", ":"), default=str)
-    return _key("model", environment() if env is None else env, graph=graph_hash, target=target, options=opts)
+    code = {"backend": backend} if backend else {}
+    return _key("model", environment() if env is None else env, graph=graph_hash, target=target, options=opts,
+                **code)
 
 
 def shape_key(kernel: CacheKey, dims: Mapping[str, int]) -> CacheKey:
@@ -150,11 +153,14 @@ _ARRAY_LOCK = threading.Lock()
 
 
 def array_hash(array: np.ndarray) -> str:
-    """xxh3-128 of an array's dtype, shape and bytes; remembered per array object in this
-    process (the same weights are hashed once, however often the graph is compiled).
+    """xxh3-128 of an array's dtype, shape and bytes (a string tensor's text); remembered per
+    array object in this process (the same weights are hashed once, however often the graph is
+    compiled).
 
     Example:
         >>> array_hash(np.zeros(3, np.float32)) == array_hash(np.zeros(3, np.float32))
+        True
+        >>> array_hash(np.array(["ab"], object)) == array_hash(np.array(["".join("ab")], object))
         True
     """
     got = _ARRAY_HASHES.get(id(array))
@@ -163,7 +169,10 @@ def array_hash(array: np.ndarray) -> str:
     data = np.ascontiguousarray(array)
     h = xxhash.xxh3_128()
     h.update(f"{data.dtype.str}{data.shape}".encode())
-    h.update(memoryview(data).cast("B") if data.size else b"")
+    if data.dtype.hasobject:  # strings: their text (the bytes would be addresses)
+        h.update(json.dumps(data.reshape(-1).tolist(), default=repr).encode())
+    else:
+        h.update(memoryview(data).cast("B") if data.size else b"")
     digest = h.hexdigest()
     key = id(array)
     try:

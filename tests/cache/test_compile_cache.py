@@ -116,3 +116,18 @@ def test_changing_an_option_misses_and_says_why(monkeypatch: pytest.MonkeyPatch,
         md.compile(g, target="x86", threads=2)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("miss model")]
     assert lines and 'options differ ({"threads":2} vs {"threads":1})' in lines[0]
+
+
+def test_a_change_to_the_backends_source_misses_and_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    import metadef.backends.x86.backend as x86
+
+    g = parse_graph(GRAPH)
+    md.compile(g, target="x86")
+    forget_in_memory()
+    monkeypatch.setattr(x86, "backend_source", lambda: "0123456789abcdef")
+    monkeypatch.setenv("METADEF_DEBUG", "1")
+    with caplog.at_level(logging.INFO, "metadef.cache"):
+        md.compile(g, target="x86")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("miss model")]
+    assert lines and "backend" in lines[0] and "0123456789abcdef" in lines[0]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import metadef as md
+from metadef.backends.x86.backend import backend_source
 from metadef.cache import Store, forget_in_memory, graph_hash, model_key
 from metadef.codegen.jit import generated_count
 from metadef.ir import Graph, GraphBuilder
@@ -112,7 +113,7 @@ def test_a_plan_that_does_not_fit_falls_back_and_says_why(cache_dir: Path, damag
     _run(g)
     forget_in_memory()
     store = Store()
-    key = model_key(graph_hash(g, weights=False), "x86", {"threads": None})
+    key = model_key(graph_hash(g, weights=False), "x86", {"threads": None}, backend=backend_source())
     entry = store.get(key)
     assert entry is not None
     plan = entry.manifest["plan"]

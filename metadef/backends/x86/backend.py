@@ -37,11 +37,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -337,6 +340,23 @@ def _checked(outputs: Sequence[np.ndarray | None], expected: Sequence[tuple[tupl
     return checked
 
 
+@functools.cache
+def backend_source() -> str:
+    """A digest of this backend's source files, part of every model-level cache key: a stored
+    plan names strategies and reasons that a change here (a new lowering) would make stale
+    (codegen's own source is in every key already).
+
+    Example:
+        >>> len(backend_source())
+        16
+    """
+    digest = hashlib.sha1()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 class X86Backend:
     """The x86 backend (``metadef.compile(graph, target="x86")``).
 
@@ -378,7 +398,7 @@ class X86Backend:
                 return X86Executable(graph, threads, lambda structure: kernel_key(structure).digest, progress)
 
         executable = compile_cached(
-            graph, self.name, {"threads": threads}, build,
+            graph, self.name, {"threads": threads}, build, backend=backend_source(),
             replay=lambda plan, load: X86Executable.from_plan(graph, threads, plan, load, progress), weights=False)
         executable.kernel_store = lambda: DiskKernelStore(Store())
         return executable
