@@ -80,11 +80,8 @@ class KernelStore(Protocol):
     def seen(self, structure: str, name: str) -> None:
         """The kernel was found in this process's own cache."""
 
-    # Optional, for processes that share one compile (see :func:`load_or_claim`):
-    #   claim(structure, name) -> KernelCode | None: after ``load`` missed, the code another
-    #       process compiled meanwhile (waiting for it), or None: this process compiles it, and
-    #       ``save`` or ``release`` follows; raises CompiledElsewhere to skip the kernel;
-    #   release(structure) -> None: give a claim back (the compile failed).
+    # Optional, for processes sharing one compile (see load_or_claim): claim(structure, name)
+    # after a missed load, and release(structure) when the compile failed.
 
 
 class CompiledElsewhere(Exception):
