@@ -21,15 +21,17 @@ from metadef.core.errors import (
     InputError,
     MetadefError,
     ShapeError,
+    SpecializationError,
     UnsupportedOpError,
 )
 from metadef.format.custom_metadata import BaseMetadata, register_metadata_type
-from metadef.frontends.onnx import export_onnx, import_onnx
+from metadef.frontends.onnx import compile_onnx, export_onnx, import_onnx
 from metadef.ir import Graph, Node, Value
 from metadef.ops import metaop
 from metadef.runtime.model import Model
 from metadef.runtime.profile import DeviceProfile, choose_variant
 from metadef.runtime.session import Session
+from metadef.runtime.specializing import SpecializingSession
 
 __version__ = "0.1.0"
 
@@ -54,6 +56,7 @@ def load_best(paths: Sequence[str | os.PathLike[str]], profile: DeviceProfile | 
 __all__ = [
     "BaseMetadata", "register_metadata_type",
     "DTypeError", "DeviceProfile", "FormatError", "Graph", "GraphError", "InputError", "MetadefError", "Model", "Node",
-    "Session", "ShapeError", "UnsupportedOpError", "Value", "__version__", "compile",
+    "Session", "ShapeError", "SpecializationError", "SpecializingSession", "UnsupportedOpError", "Value",
+    "__version__", "compile", "compile_onnx",
     "export_onnx", "import_onnx", "load", "load_best", "metaop", "optimize", "register_dtype", "save", "zoo",
 ]

@@ -4,11 +4,18 @@ A :class:`DType` is an interned value: ``dtype("float32") is FLOAT32``. Base typ
 checked strictly (no silent widening); custom dtypes register at run time and are then
 resolved by name like any other.
 
+``STRING`` (ONNX ``TensorProto.STRING``, kind ``"string"``) is held as numpy object arrays of
+Python ``str`` (:func:`as_strings` makes one from bytes or fixed-width numpy strings). Only
+ops that declare it take it: it belongs to no numeric type group, so a numeric op fed a string
+fails its dtype check.
+
 Example:
     >>> dtype("f32").name, dtype("float32").short, from_onnx(1).name
     ('float32', 'f32', 'float32')
     >>> from_numpy(np.dtype("int64")) is INT64
     True
+    >>> from_onnx(8) is STRING, STRING.numpy
+    (True, dtype('O'))
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ class DType:
     """One element type: its names, the numpy dtype that holds it and its ONNX code.
 
     ``onnx`` is the TensorProto.DataType number (0 for custom types); ``kind`` is one of
-    ``"float"``, ``"int"``, ``"uint"``, ``"bool"``; ``bits`` is the width of one element.
+    ``"float"``, ``"int"``, ``"uint"``, ``"bool"``, ``"string"``; ``bits`` is the width of
+    one element (0 for strings, which have none).
     """
 
     name: str
@@ -50,6 +58,16 @@ class DType:
     @property
     def is_integer(self) -> bool:
         return self.kind in ("int", "uint")
+
+    @property
+    def is_string(self) -> bool:
+        """Whether elements are text (numpy object arrays of ``str``), not numbers.
+
+        Example:
+            >>> STRING.is_string, FLOAT32.is_string
+            (True, False)
+        """
+        return self.kind == "string"
 
     def __repr__(self) -> str:
         return f"DType({self.name})"
@@ -107,11 +125,11 @@ UINT2 = _base("uint2", "u2", ml_dtypes.uint2, 25, "uint", 2)
 INT2 = _base("int2", "i2", ml_dtypes.int2, 26, "int", 2)
 FLOAT6E2M3 = _base("float6e2m3", "f6e2m3", ml_dtypes.float6_e2m3fn, 27, "float", 6)
 FLOAT6E3M2 = _base("float6e3m2", "f6e3m2", ml_dtypes.float6_e3m2fn, 28, "float", 6)
+STRING = _base("string", "str", np.object_, 8, "string", 0)
 
-# ONNX codes that name types numpy cannot hold as numbers.
+# ONNX codes that name types metadef cannot hold.
 _UNSUPPORTED_ONNX = {
     0: "UNDEFINED",
-    8: "string",
     14: "complex64",
     15: "complex128",
 }
@@ -147,11 +165,6 @@ def dtype(name: str | DType) -> DType:
     key = _ALIASES.get(name, name)
     if key in _by_name:
         return _by_name[key]
-    if key in ("string", "str", "object"):
-        raise DTypeError(
-            "string tensors are not supported: metadef compiles numeric graphs; "
-            "tokenize outside the model and feed integer ids instead"
-        )
     known = ", ".join(sorted({d.name for d in _by_name.values()}))
     raise DTypeError(f"unknown dtype {name!r}; known dtypes: {known}; "
                      "register a custom one with metadef.core.dtypes.register_dtype")
@@ -167,23 +180,50 @@ def from_onnx(code: int) -> DType:
     if code in _by_onnx:
         return _by_onnx[code]
     what = _UNSUPPORTED_ONNX.get(code, f"code {code}")
-    hint = (" (feed token ids instead of strings)" if code == 8 else "")
-    raise DTypeError(f"ONNX element type {what} is not supported by metadef{hint}")
+    raise DTypeError(f"ONNX element type {what} is not supported by metadef")
 
 
 def from_numpy(np_dtype: Any) -> DType:
-    """The dtype of a numpy dtype (or anything ``np.dtype`` accepts).
+    """The dtype of a numpy dtype (or anything ``np.dtype`` accepts); object arrays and
+    fixed-width numpy strings (``<U5``, ``|S5``) are :data:`STRING`.
 
     Example:
-        >>> from_numpy(np.float16).short
-        'f16'
+        >>> from_numpy(np.float16).short, from_numpy(np.dtype("<U5")).name
+        ('f16', 'string')
     """
     nd = np.dtype(np_dtype)
     if nd in _by_numpy:
         return _by_numpy[nd]
-    if nd.kind in ("U", "S", "O"):
-        dtype("string")  # raises the string error
+    if nd.kind in ("U", "S"):
+        return STRING
     raise DTypeError(f"numpy dtype {nd} has no metadef dtype")
+
+
+def as_strings(data: Any, what: str = "the tensor") -> np.ndarray:
+    """``data`` as a string tensor: a numpy object array of Python ``str`` of the same shape
+    (bytes are decoded as UTF-8, numpy strings become ``str``); DTypeError names ``what``
+    when an element is not text.
+
+    Example:
+        >>> as_strings(np.array(["café".encode(), "x"], dtype=object)).tolist()
+        ['café', 'x']
+        >>> as_strings(np.array(["a", "bc"])).dtype
+        dtype('O')
+    """
+    array = data if isinstance(data, np.ndarray) else np.array(data, dtype=object)  # no '<U': it drops trailing NULs
+    out = np.empty(array.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(array.reshape(-1).tolist()):
+        if isinstance(item, bytes):
+            try:
+                item = item.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DTypeError(f"{what}: element {i} is not valid UTF-8 ({e})") from None
+        elif not isinstance(item, str):
+            raise DTypeError(f"{what} must hold strings, but element {i} is "
+                             f"{type(item).__name__} {item!r}")
+        flat[i] = str(item)
+    return out
 
 
 def register_dtype(name: str, np_dtype: Any, *, short: str | None = None,
@@ -218,7 +258,7 @@ def all_dtypes() -> list[DType]:
 __all__ = [
     "BFLOAT16", "BOOL", "DType", "FLOAT16", "FLOAT32", "FLOAT4E2M1", "FLOAT64", "FLOAT6E2M3",
     "FLOAT6E3M2", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0",
-    "FLOAT_TYPES", "INT16", "INT2", "INT32", "INT4", "INT64", "INT8", "INT_TYPES", "UINT16",
-    "UINT2", "UINT32", "UINT4", "UINT64", "UINT8", "all_dtypes", "dtype", "from_numpy", "from_onnx",
-    "register_dtype",
+    "FLOAT_TYPES", "INT16", "INT2", "INT32", "INT4", "INT64", "INT8", "INT_TYPES", "STRING", "UINT16",
+    "UINT2", "UINT32", "UINT4", "UINT64", "UINT8", "all_dtypes", "as_strings", "dtype", "from_numpy",
+    "from_onnx", "register_dtype",
 ]

@@ -43,6 +43,22 @@ class InputError(MetadefError, ValueError):
     """The inputs handed to ``Session.run`` do not match what the graph expects."""
 
 
+class SpecializationError(InputError):
+    """The structure of a sequence or optional input (its length, whether it is present), or
+    the value of an input that decides the structure, is not known when it must be (import),
+    or a run's feeds differ from what the graph was specialized for; the message names the
+    input and the keyword that specializes it, and ``inputs`` holds the inputs' names.
+
+    Example:
+        >>> SpecializationError("graph input 'k' decides a split", inputs=("k",)).inputs
+        ('k',)
+    """
+
+    def __init__(self, message: str, *, inputs: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.inputs = tuple(inputs)
+
+
 class FormatError(MetadefError):
     """A model file (ONNX or .mdef) is corrupt, truncated or of an unknown version."""
 
@@ -70,5 +86,6 @@ __all__ = [
     "MetadefError",
     "SemanticsError",
     "ShapeError",
+    "SpecializationError",
     "UnsupportedOpError",
 ]

@@ -81,6 +81,9 @@ def _le_bytes(arr: np.ndarray) -> bytes:
 
 def _onnx_code(np_dtype: np.dtype, where: str) -> int:
     dt = from_numpy(np_dtype)
+    if dt.is_string:
+        raise CompatError(f"{where}: a string tensor cannot be stored in format 1.0 (its tensors hold "
+                          "numbers); keep the model as ONNX")
     if not dt.onnx:
         raise CompatError(f"{where}: custom dtype {dt.name} has no code in format 1.0; "
                           "store it as a base dtype")

@@ -91,6 +91,10 @@ def _tensors(graph: Graph, encodings: Mapping[str, EncodedTensor]) -> list[_Tens
         if not dt.onnx:
             raise CompatError(f"constant {v.name!r} has custom dtype {dt.name}, which format 1.0 cannot "
                               "store; convert it to a base dtype first")
+        if dt.is_string:
+            raise CompatError(f"constant {v.name!r} is a string tensor {list(arr.shape)}, which format 1.0 "
+                              "cannot store (its tensors hold numbers); feed it as a graph input instead, "
+                              "or keep the model as ONNX")
         if arr.ndim > layout.MAX_RANK:
             raise CompatError(f"constant {v.name!r} has rank {arr.ndim}; format 1.0 holds at most {layout.MAX_RANK}")
         enc = encodings.get(v.name)

@@ -21,7 +21,18 @@ from metadef.ir.printer import format_node
 from metadef.ir.values import ShapeValues
 from metadef.ops import infer_types
 from metadef.ops.interface import resolve_attrs
-from metadef.shape import ShapeEnv
+from metadef.shape import ShapeEnv, TensorType
+
+
+def _agrees(recorded: TensorType, inferred: TensorType, fresh: set[str]) -> bool:
+    """Whether re-inference gives the recorded type, up to the symbols it made afresh (a size
+    that depends on values, such as NonZero's count: each stands for what the record holds)."""
+    if str(recorded) == str(inferred):
+        return True
+    if recorded.dtype is not inferred.dtype or recorded.shape is None or inferred.shape is None \
+            or len(recorded.shape) != len(inferred.shape):
+        return False
+    return all(str(a) == str(b) or str(b) in fresh for a, b in zip(recorded.shape, inferred.shape))
 
 
 def problems(graph: Graph, *, types: bool = False) -> list[str]:
@@ -59,11 +70,13 @@ def problems(graph: Graph, *, types: bool = False) -> list[str]:
             meta = node.metaop
             resolve_attrs(meta.name, f"(node {node.name})", meta.attrs, node.attrs)
             if types:
+                before = set(scratch.symbols)
                 got = infer_types(meta, node.name, [None if v is None else v.type for v in node.inputs],
                                   node.attrs, [tracked.known(v) for v in node.inputs], scratch, len(node.outputs))
+                fresh = set(scratch.symbols) - before
                 tracked.record(meta, node.inputs, node.attrs, node.outputs)
                 for o, t in zip(node.outputs, got):
-                    if o.type is not None and str(o.type) != str(t):
+                    if o.type is not None and not _agrees(o.type, t, fresh):
                         found.append(f"{where}: output %{o.name} is recorded as {o.type} "
                                      f"but its rule infers {t}")
         except MetadefError as e:

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from metadef.core import flags
-from metadef.core.dtypes import DType
+from metadef.core.dtypes import STRING, DType
 from metadef.core.dtypes import dtype as lookup_dtype
 from metadef.core.errors import DTypeError, ShapeError
 from metadef.ops.interface import Param, resolve_attrs
@@ -169,6 +169,21 @@ def _check_dtypes(ctx: InferContext) -> None:
                              f"{seen.name}; insert a Cast")
 
 
+def _check_string_outputs(ctx: InferContext, outs: Sequence[TensorType]) -> None:
+    """An output may be a string tensor only where the op declares strings for it: an
+    attribute (Cast's ``to``, a tensor value) must not make a numeric op yield text."""
+    for i, t in enumerate(outs):
+        if t is None or not t.dtype.is_string:
+            continue
+        param = ctx.op.outputs[min(i, len(ctx.op.outputs) - 1)]
+        allowed = ctx.op.interface.allowed(param.type_var)
+        if STRING in (allowed if allowed is not None else {lookup_dtype(param.type_var)}):
+            continue
+        raise DTypeError(f"op {ctx.op.name} (node {ctx.node}): output {i} ({param.name}) would be a "
+                         f"string tensor, but {ctx.op.name} computes numbers; string tensors go "
+                         "only to ops that declare them (Equal, StringConcat, LabelEncoder, ...)")
+
+
 def _run_rule(ctx: InferContext) -> list[Any]:
     rule = ctx.op.rule
     if rule == SAME_AS_FIRST:
@@ -202,6 +217,7 @@ def infer_types(op: MetaOp, node: str, inputs: Sequence[TensorType | None],
     result = []
     for i, o in enumerate(outs):
         result.append(o if isinstance(o, TensorType) else ctx.output_type(i, o))
+    _check_string_outputs(ctx, result)
     if n_outputs is not None:
         if len(result) < n_outputs:
             ctx.fail(f"the rule gave {len(result)} outputs but the node has {n_outputs}")

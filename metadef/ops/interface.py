@@ -182,6 +182,7 @@ TYPE_GROUPS: dict[str, frozenset[dt.DType]] = {
     "int4": frozenset({dt.INT4, dt.UINT4}),
     "lowbit": frozenset({dt.INT2, dt.UINT2, dt.FLOAT4E2M1, dt.FLOAT6E2M3, dt.FLOAT6E3M2, dt.FLOAT8E8M0}),
     "bool": frozenset({dt.BOOL}),
+    "string": frozenset({dt.STRING}),  # in no numeric group: an op takes strings only by name
 }
 TYPE_GROUPS["int"] = TYPE_GROUPS["sint"] | TYPE_GROUPS["uint"]
 TYPE_GROUPS["signed"] = TYPE_GROUPS["float"] | TYPE_GROUPS["sint"]
@@ -194,7 +195,8 @@ _CONSTRAINT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+in\s+\{([^}]*)\}\s*$")
 
 def parse_type_constraints(text: str) -> dict[str, frozenset[dt.DType]]:
     """Parse ``"T in {float16, float32}; I in {int32, int64}"``; groups such as ``float``,
-    ``int``, ``numeric`` and ``all`` name sets of dtypes.
+    ``int``, ``numeric`` and ``all`` name sets of dtypes (``all`` is every numeric and bool
+    type; ``string`` must be named).
     """
     out: dict[str, frozenset[dt.DType]] = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):

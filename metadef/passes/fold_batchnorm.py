@@ -75,6 +75,8 @@ def _not_const(value: Value, what: str) -> Refusal:
 def _bn_factors(m: Match, ed: GraphEditor, channels: int) -> tuple[np.ndarray, np.ndarray] | Refusal:
     """``(s, t)`` in float64, each of shape ``[channels]``, or why they cannot be had."""
     bn = m.node("bn")
+    if _attr(bn, "training_mode"):
+        return Refusal("the BatchNormalization is in training mode (it normalizes with the batch's statistics)")
     for extra in bn.outputs[1:]:
         if ed.num_uses(extra):
             return Refusal(f"the BatchNormalization output %{extra.name} (running statistics) is used")

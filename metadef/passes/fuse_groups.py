@@ -15,7 +15,8 @@ The pass never looks at an op's name: it reads ``node.metaop.role``.
   guard: while every value inside a group has one consumer, a group's only exit is its tail,
   so no such path exists; the guard keeps the pass safe if the rules are relaxed).
   The ``Fused`` node takes one input dtype (its interface has one type variable), so a node
-  that would mix input dtypes is refused as well.
+  that would mix input dtypes is refused as well, and so is a node that reads or writes string
+  tensors (a group is a unit of code generation, which takes numbers).
 
 Every candidate goes to ``ctx.log``, taken (with its nodes) or refused (with the reason);
 each rule can be disabled by name (``ctx.options.disabled``). Each group becomes one
@@ -82,6 +83,15 @@ class _Group:
         return "+".join(self.parts)
 
 
+def _strings_of(node: Node) -> str | None:
+    """Why ``node`` cannot be in a group because of string tensors (None: it has none)."""
+    names = [f"%{v.name}" for v in (*node.inputs, *node.outputs)
+             if v is not None and v.type is not None and v.type.dtype.is_string]
+    if not names:
+        return None
+    return f"{node.name} reads or writes string tensors ({', '.join(names[:3])}); code generation takes numbers"
+
+
 def _stays_inside(node: Node, index: int, v: Value) -> bool:
     """Whether a constant read by a member is kept in the body rather than made an input:
     scalars (eps, clip bounds, exponents) and values shape inference reads (axes, shapes)."""
@@ -125,6 +135,9 @@ class _Planner:
         other = self.group_of.get(id(node))
         if other is not None:
             return f"{node.name} is already in the group of {other.anchor.name}"
+        text = _strings_of(node)
+        if text is not None:
+            return text
         dtypes = group.dtypes | self.external_dtypes(group, node)
         if len(dtypes) > 1:
             names = ", ".join(sorted(d.name for d in dtypes))
@@ -247,6 +260,10 @@ class _Planner:
 
     def chained(self, head: Node) -> _Group | None:
         if head.meta.get("no_fuse"):
+            return None
+        text = _strings_of(head)
+        if text is not None:
+            self.ctx.log.record(PASS_NAME, CHAIN_RULE, head.name, [head.name], False, text)
             return None
         group = self.start(head)
         group.parts.append("elementwise")

@@ -13,6 +13,11 @@ Example:
     array([0., 2.], dtype=float32)
     >>> [str(i) for i in sess.inputs]
     ['x: f32[n]']
+
+A graph specialized on sequence or optional inputs (see :mod:`metadef.ir.structure`) takes a
+list of arrays for a sequence input and ``None`` for an absent optional, and returns lists and
+``None`` for such outputs; ``inputs`` and ``outputs`` list the flat tensors
+(``seq.0``, ``seq.1``, ...), ``structure`` what the user sees.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from metadef.core.dtypes import DType
-from metadef.core.errors import InputError
+from metadef.core.dtypes import DType, as_strings
+from metadef.core.errors import DTypeError, InputError
 from metadef.ir import Graph
+from metadef.ir.structure import IOStructure
 from metadef.shape import Dim, ShapeEnv, bind_shape, format_shape
 
 
@@ -69,6 +75,8 @@ class Session:
         self.inputs: list[IOSpec] = [_spec(v) for v in graph.inputs]
         self.outputs: list[IOSpec] = [_spec(v) for v in graph.outputs]
         self.env: ShapeEnv = graph.env
+        self.structure: IOStructure | None = IOStructure.of(graph)
+        """Which inputs and outputs are sequences or optionals (None: tensors only)."""
         self._checked: dict[tuple[tuple[tuple[int, ...], np.dtype], ...], dict[str, int]] = {}
 
     def _check(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
@@ -90,8 +98,8 @@ class Session:
         key = []
         for spec in self.inputs:
             arr = feeds.get(spec.name)
-            if type(arr) is not np.ndarray:
-                return None
+            if type(arr) is not np.ndarray or spec.dtype.is_string:
+                return None  # (string inputs are checked element by element on every run)
             key.append((arr.shape, arr.dtype))
         return tuple(key)
 
@@ -108,7 +116,17 @@ class Session:
                 raise InputError(f"missing input {spec}; pass it in the feeds dict")
             arr = feeds[spec.name]
             if not isinstance(arr, np.ndarray):
-                arr = np.asarray(arr)
+                arr = np.array(arr, dtype=object) if spec.dtype.is_string else np.asarray(arr)
+            if spec.dtype.is_string:
+                if arr.dtype.kind not in "USO":
+                    raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, expected string"
+                                     f"{format_shape(spec.shape)}: feed str (np.array([...], dtype=object), "
+                                     "or a numpy string array)")
+                arr = _strings(arr, spec)
+            elif arr.dtype.kind in "USO":
+                raise InputError(f"input {spec.name!r} has dtype {arr.dtype} (strings or Python objects), but it "
+                                 f"is {spec.dtype.name}{format_shape(spec.shape)}: feed a numeric array "
+                                 f"(np.asarray(x, np.{spec.dtype.numpy.name}))")
             if arr.dtype != spec.dtype.numpy:
                 raise InputError(f"input {spec.name!r} has dtype {arr.dtype}, expected {spec.dtype.name} "
                                  f"(shape {format_shape(spec.shape)}); convert it with "
@@ -131,7 +149,9 @@ class Session:
         ``outputs``: the names of the outputs to return, or a dict of caller buffers by output
         name (C-contiguous, of the output's dtype and shape for these inputs), which this run
         writes in place and returns with the other outputs. ``run`` may be called from several
-        threads at once.
+        threads at once. A sequence input takes a list of arrays, an absent optional ``None``;
+        such outputs come back as lists and ``None`` (caller buffers are named by the flat
+        outputs then, ``seq.0``, ``seq.1``, ...).
 
         Example:
             >>> import numpy as np, metadef as md
@@ -144,6 +164,8 @@ class Session:
             >>> buffer
             array([-1.,  2.], dtype=float32)
         """
+        if self.structure is not None:  # lists and None -> the flat tensors
+            feeds = self.structure.flatten_feeds(feeds, [spec.name for spec in self.inputs])
         arrays, symbols = self._check(feeds)
         names = [spec.name for spec in self.outputs]
         if isinstance(outputs, Mapping):
@@ -156,21 +178,36 @@ class Session:
             else:
                 results = [_fill(b, r, name) for b, r, name in
                            zip(buffers, self.executable.run(arrays, symbols), names)]
-            return dict(zip(names, results))
-        results = self.executable.run(arrays, symbols)
-        named = dict(zip(names, results))
+            return self._named(names, results)
+        named = self._named(names, self.executable.run(arrays, symbols))
         if outputs is None:
             return named
         missing = [o for o in outputs if o not in named]
         if missing:
-            raise InputError(f"unknown output name(s) {missing}; outputs are "
-                             + ", ".join(s.name for s in self.outputs))
+            raise InputError(f"unknown output name(s) {missing}; outputs are " + ", ".join(named))
         return {o: named[o] for o in outputs}
+
+    def _named(self, names: list[str], results: Sequence[Any]) -> dict[str, Any]:
+        """The results by output name: user-level (lists, None) when the graph has a structure."""
+        if self.structure is None:
+            return dict(zip(names, results))
+        return self.structure.unflatten(results)
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.inputs)
         outs = ", ".join(str(s) for s in self.outputs)
         return f"Session[{self.target}]({ins}) -> ({outs})"
+
+
+def _strings(arr: np.ndarray, spec: IOSpec) -> np.ndarray:
+    """A string input as the object array of ``str`` the graph takes (numpy strings and bytes
+    converted; an object array of ``str`` passes as is)."""
+    if arr.dtype == object and all(type(s) is str for s in arr.reshape(-1).tolist()):
+        return arr
+    try:
+        return as_strings(arr, f"input {spec.name!r}")
+    except DTypeError as e:
+        raise InputError(f"{e}; a string input takes str (or UTF-8 bytes)") from None
 
 
 def _fill(buffer: np.ndarray | None, result: np.ndarray, name: str) -> np.ndarray:

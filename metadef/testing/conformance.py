@@ -32,6 +32,7 @@ from onnx import numpy_helper
 
 import metadef as md
 from metadef.core.errors import DTypeError, MetadefError, UnsupportedOpError
+from metadef.frontends.onnx.specialize import import_for
 from metadef.testing.known_failures import KNOWN_FAILURES
 
 # The ops the Foundation issue lists (CNNs, transformers, MLPs at opsets 11-21).
@@ -115,6 +116,9 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str
         return f"shape {got.shape} != expected {want.shape}"
     if got.dtype != want.dtype:
         return f"dtype {got.dtype} != expected {want.dtype}"
+    if want.dtype == object:  # strings: equal element by element
+        bad = sum(g != w for g, w in zip(got.reshape(-1).tolist(), want.reshape(-1).tolist()))
+        return None if bad == 0 else f"{bad} of {want.size} strings differ"
     if want.dtype.kind in "biu" or want.dtype == np.bool_:
         bad = int(np.sum(got != want))
         return None if bad == 0 else f"{bad} of {want.size} elements differ"
@@ -128,8 +132,39 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str
 
 
 def _arrays(values: list[Any]) -> list[Any]:
-    """Case data as numpy: TensorProtos (float8, int4, bfloat16 data) are converted."""
-    return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
+    """Case data as numpy: TensorProtos (float8, int4, bfloat16 data) are converted, in
+    sequences (lists) too; SequenceProto and OptionalProto become lists and None."""
+    return [_value(v) for v in values]
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, onnx.SequenceProto):
+        return _value(numpy_helper.to_list(v))
+    if isinstance(v, onnx.OptionalProto):
+        return _value(numpy_helper.to_optional(v))
+    if isinstance(v, (list, tuple)):
+        return [_value(x) for x in v]
+    return v
+
+
+def _compare_value(got: Any, want: Any, rtol: float, atol: float) -> str | None:
+    """Why an output (a tensor, a list for a sequence, None for an empty optional) differs
+    from the expected one, or None."""
+    if want is None or got is None:
+        return None if got is None and want is None else f"got {type(got).__name__}, expected {type(want).__name__}"
+    if isinstance(want, (list, tuple)) or isinstance(got, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or not isinstance(want, (list, tuple)):
+            return f"got {type(got).__name__}, expected {type(want).__name__}"
+        if len(got) != len(want):
+            return f"a sequence of {len(got)} items, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            why = _compare_value(g, w, rtol, atol)
+            if why is not None:
+                return f"item {i}: {why}"
+        return None
+    return _compare(np.asarray(got), np.asarray(want), rtol, atol)
 
 
 def run_case(case: Any, target: str = "reference") -> CaseResult:
@@ -153,6 +188,9 @@ def check_model(name: str, op: str, model: onnx.ModelProto, data_sets: Iterable[
 
     A typed ``UnsupportedOpError`` or ``DTypeError`` makes the case ``unsupported``; any other
     error, or a wrong number, makes it ``fail``. ``op`` is what the report groups it under.
+    Sequences (lists) and optionals (None) in the data are fed as such: the model is imported
+    specialized on each structure the data sets have (``frontends.onnx.specialize.import_for``),
+    and list and None outputs are compared item by item.
 
     Example:
         >>> import numpy as np
@@ -164,20 +202,32 @@ def check_model(name: str, op: str, model: onnx.ModelProto, data_sets: Iterable[
         'pass'
     """
     fallbacks: tuple[str, ...] = ()
-    try:
-        graph = md.import_onnx(model)
-        sess = md.compile(graph, target=target)
+    sessions: list[md.Session] = []  # one per structure of the data sets' sequences and optionals
+    initializers = {t.name for t in model.graph.initializer}
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in initializers]
+
+    def session(feeds: dict[str, Any]) -> md.Session:
+        nonlocal fallbacks
+        for sess in sessions:
+            if sess.structure is None or sess.structure.accepts(feeds):
+                return sess
+        sess = md.compile(import_for(model, feeds), target=target)  # specialized on the feeds' structure
         fallbacks = tuple(f"{p.op}: {p.reason}"[:160] for p in getattr(sess.executable, "fallbacks", []))
+        sessions.append(sess)
+        return sess
+
+    try:
+        data_sets = [(_arrays(inputs), _arrays(outputs)) for inputs, outputs in data_sets]
+        first = data_sets[0][0] if data_sets else []
+        session(dict(zip((vi.name for vi in graph_inputs), first)))  # import errors come first
         for inputs, outputs in data_sets:
-            inputs, outputs = _arrays(inputs), _arrays(outputs)
-            if any(not isinstance(x, (np.ndarray, np.generic)) for x in [*inputs, *outputs]):
-                return CaseResult(name, op, "unsupported", "sequence or optional values")
-            feeds = {spec.name: np.asarray(x) for spec, x in zip(sess.inputs, inputs)}
-            got = sess.run(feeds)
-            for spec, want in zip(sess.outputs, map(np.asarray, outputs)):
-                why = _compare(np.asarray(got[spec.name]), want, rtol, atol)
+            feeds = {vi.name: x if x is None or isinstance(x, list) else np.asarray(x)
+                     for vi, x in zip(graph_inputs, inputs)}
+            got = session(feeds).run(feeds)
+            for (out, value), want in zip(got.items(), outputs):
+                why = _compare_value(value, want, rtol, atol)
                 if why is not None:
-                    return CaseResult(name, op, "fail", f"output {spec.name}: {why}", fallbacks)
+                    return CaseResult(name, op, "fail", f"output {out}: {why}", fallbacks)
     except (UnsupportedOpError, DTypeError) as e:
         return CaseResult(name, op, "unsupported", f"{type(e).__name__}: {e}"[:300])
     except MetadefError as e:

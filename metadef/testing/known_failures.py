@@ -5,14 +5,8 @@ be listed here. Keep the reasons honest and specific; remove an entry as soon as
 passes.
 """
 
-_TRAINING_BN = ("BatchNormalization with training_mode=1 computes batch statistics and updates the "
-                "running ones; metadef compiles inference graphs (export the model in eval mode)")
 _TRAINING_DROPOUT = ("Dropout with training_mode=true is random; metadef runs inference only (the case's "
                      "expected output comes from one particular random mask)")
-_STRING = "string tensors: metadef compiles numeric graphs (tokenize outside the model)"
-_NOT_TENSOR = "the graph input is a sequence or an optional, not a tensor: not supported yet (issue 7)"
-_E8M0 = ("casting to float8e8m0 with round_mode rounds on exponent bits; ml_dtypes' conversion "
-         "does not implement round_mode, and no exact vectorized formulation is written yet")
 
 _RANDOM = ("Bernoulli is random: the expected output is one unseeded numpy draw made when the case was "
            "generated (even the seeded case's data ignores its seed), which no generator reproduces; ONNX "
@@ -23,43 +17,17 @@ _BF16_SUMS = ("the expected values come from numpy summing the softmax in bfloat
               "by one bfloat16 step (0.004-0.008), coarser than the case's tolerance of 1e-3")
 
 KNOWN_FAILURES: dict[str, str] = {
-    "test_batchnorm_example_training_mode": _TRAINING_BN,
-    "test_batchnorm_epsilon_training_mode": _TRAINING_BN,
     "test_training_dropout": _TRAINING_DROPOUT,
     "test_training_dropout_mask": _TRAINING_DROPOUT,
     "test_training_dropout_default": _TRAINING_DROPOUT,
     "test_training_dropout_default_mask": _TRAINING_DROPOUT,
-    "test_equal_string": _STRING,
-    "test_equal_string_broadcast": _STRING,
-    "test_identity_sequence": _NOT_TENSOR,
-    "test_identity_opt": _NOT_TENSOR,
-    "test_cast_e8m0_FLOAT_to_FLOAT8E8M0": _E8M0,
-    "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0": _E8M0,
     **{f"test_bernoulli{case}": _RANDOM for case in ("", "_expanded", "_double", "_double_expanded", "_seed",
                                                       "_seed_expanded")},
     **{f"test_attention_{case}_bf16_expanded": _BF16_SUMS for case in (
         "4d_causal", "4d_padded_kv", "4d_causal_padded_kv", "3d_causal")},
-    **{f"test_ai_onnx_ml_label_encoder_{case}": _STRING for case in (
-        "string_int", "string_int_no_default", "tensor_mapping", "tensor_value_only_mapping")},
 }
 
 # --- the ONNX model suites (metadef.testing.model_suites) ---------------------------------
-
-_GRADIENT = ("the Gradient op of domain ai.onnx.preview.training differentiates the graph at run "
-             "time; metadef compiles inference graphs and has no autodiff")
-_STRING_NORMALIZER = ("StringNormalizer reads and writes string tensors: metadef compiles numeric "
-                      "graphs (normalize text outside the model)")
-
-MODEL_KNOWN_FAILURES: dict[str, str] = {
-    "test_gradient_of_add": _GRADIENT,
-    "test_gradient_of_add_and_mul": _GRADIENT,
-    **{f"test_strnorm_model_{case}": _STRING_NORMALIZER for case in (
-        "monday_casesensintive_lower", "monday_casesensintive_nochangecase",
-        "monday_casesensintive_upper", "monday_empty_output", "monday_insensintive_upper_twodim",
-        "nostopwords_nochangecase")},
-}
-"""Cases of the ONNX model suites that metadef is known not to pass, by case name (the names are
-unique across the suites); the model-suite tests require every other case to pass."""
 
 _ULP_SOFTMAX = ("the light SqueezeNet (constant weights) ends in GlobalAveragePool -> Softmax on logits "
                 "of ~9.5e9, where one float32 ulp is 1024: whether the stored output is matched depends "
@@ -68,7 +36,9 @@ _ULP_SOFTMAX = ("the light SqueezeNet (constant weights) ends in GlobalAveragePo
                 "OpenBLAS's thread count), and Softmax turns one ulp into 1/32 against 0 for those "
                 "classes: the case cannot tell a right answer from a wrong one")
 
-MODEL_KNOWN_FAILURES["test_squeezenet"] = _ULP_SOFTMAX
+MODEL_KNOWN_FAILURES: dict[str, str] = {"test_squeezenet": _ULP_SOFTMAX}
+"""Cases of the ONNX model suites that metadef is known not to pass, by case name (the names are
+unique across the suites); the model-suite tests require every other case to pass."""
 
 MODEL_KNOWN_FAILURES_ON_TARGET: dict[str, dict[str, str]] = {}
 """Model-suite cases known not to pass on one compiled target only (they pass on the reference)."""

@@ -11,7 +11,7 @@ from metadef.core.errors import DTypeError
 
 def test_every_numeric_onnx_type_maps_both_ways():
     for name, code in onnx.TensorProto.DataType.items():
-        if name in ("UNDEFINED", "STRING", "COMPLEX64", "COMPLEX128"):
+        if name in ("UNDEFINED", "COMPLEX64", "COMPLEX128"):
             with pytest.raises(DTypeError):
                 dt.from_onnx(code)
             continue
@@ -26,11 +26,15 @@ def test_names_and_short_names():
     assert dt.INT4.bits == 4 and dt.UINT4.kind == "uint"
 
 
-def test_strings_are_rejected_with_advice():
-    with pytest.raises(DTypeError, match=r"string tensors are not supported.*integer ids"):
-        dt.dtype("string")
-    with pytest.raises(DTypeError, match="string"):
-        dt.from_onnx(onnx.TensorProto.STRING)
+def test_strings_are_object_arrays_of_str():
+    assert dt.dtype("string") is dt.dtype("str") is dt.from_onnx(onnx.TensorProto.STRING) is dt.STRING
+    assert dt.STRING.is_string and not (dt.STRING.is_float or dt.STRING.is_integer)
+    assert dt.from_numpy(np.dtype(object)) is dt.from_numpy(np.dtype("<U3")) is dt.STRING
+    assert dt.as_strings(np.array([b"\xc3\xa9", "a"], object)).tolist() == ["\u00e9", "a"]
+    with pytest.raises(DTypeError, match=r"keys must hold strings, but element 1 is int 3"):
+        dt.as_strings(np.array(["a", 3], object), "keys")
+    with pytest.raises(DTypeError, match="element 0 is not valid UTF-8"):
+        dt.as_strings([b"\xff"])
     with pytest.raises(DTypeError, match=r"unknown dtype 'f33'.*register_dtype"):
         dt.dtype("f33")
 

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import metadef as md
-from metadef.core.errors import UnsupportedOpError
+from metadef.core.errors import SpecializationError, UnsupportedOpError
 
 
 def _model(nodes: list, inputs: list, outputs: list, inits: list = ()) -> md.Graph:
@@ -32,17 +32,20 @@ def test_split_then_at_and_length_run_as_split_nodes() -> None:
     assert int(out["n"]) == 3
 
 
-def test_a_position_known_only_at_run_time_is_refused() -> None:
-    with pytest.raises(UnsupportedOpError, match="known only at run time"):
+def test_a_position_known_only_at_run_time_asks_to_specialize_its_input() -> None:
+    with pytest.raises(SpecializationError, match=r"known only at run time.*input_values=\{'i': \.\.\.\}"):
         _model([helper.make_node("SequenceConstruct", ["x", "x"], ["s"]),
                 helper.make_node("SequenceAt", ["s", "i"], ["y"])],
                [_x("x", [3]), helper.make_tensor_value_info("i", TensorProto.INT64, [])], [_x("y", None)])
 
 
-def test_a_sequence_graph_output_is_refused() -> None:
-    with pytest.raises(UnsupportedOpError, match="a sequence of 1 tensors"):
-        _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_x("x", [3])],
-               [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+def test_a_sequence_graph_output_is_its_items() -> None:
+    graph = _model([helper.make_node("SequenceConstruct", ["x"], ["s"])], [_x("x", [3])],
+                   [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+    assert [v.name for v in graph.outputs] == ["s.0"]
+    x = np.array([1, 2, 3], np.float32)
+    [got] = md.compile(graph).run({"x": x})["s"]
+    np.testing.assert_array_equal(got, x)
 
 
 def _model15(nodes: list, inputs: list, outputs: list) -> md.Graph:

@@ -4,7 +4,9 @@ Dispatch is data (STYLE rule 2): ``op_strategies`` (by qualified op name) is loo
 then ``role_strategies`` (by the meta-op's fusion role). A strategy returns a :class:`Choice`
 or, when it does not apply or cannot compile the node, a ``str``: the reason. Strategies are
 tried in order; when all refuse, the node runs on its reference kernel (the numpy oracle)
-with every reason recorded: no silent fallback. ``contraction_kernels`` maps each contraction
+with every reason recorded: no silent fallback. A node that reads or writes string tensors
+(in a nested body too) is not offered to the strategies: x86 kernels take numbers, so it runs
+on its reference kernel, the reason saying so. ``contraction_kernels`` maps each contraction
 meta-op to its BLAS-backed kernel; a ``Fused`` group anchored by a contraction runs that
 kernel and then its epilogue as one generated kernel.
 
@@ -529,8 +531,29 @@ role_strategies: dict[Role, tuple[Strategy, ...]] = {
 }
 
 
+def string_values(node: Node) -> list[str]:
+    """The names of the string tensors ``node`` reads or writes, in its nested bodies too.
+
+    Example:
+        >>> from metadef.ir import parse_graph
+        >>> g = parse_graph("graph g(%x: str[n]) -> (%y) { %y: b8[n] = Equal(%x, %x) @eq return %y }")
+        >>> string_values(g.nodes[0]), choose(g.nodes[0]).reason
+        (['x'], 'string tensors (%x): x86 kernels take numbers; runs on its reference kernel')
+    """
+    values = [v for v in (*node.inputs, *node.outputs) if v is not None]
+    for body in node.attrs.values():
+        if isinstance(body, Graph):
+            values.extend(body.values())
+    names = (v.name for v in values if v.type is not None and v.type.dtype.is_string)
+    return list(dict.fromkeys(names))
+
+
 def choose(node: Node) -> Choice:
     """The first strategy that takes the node, else its reference kernel with the reasons."""
+    strings = string_values(node)
+    if strings:
+        listed = ", ".join(f"%{name}" for name in strings[:3]) + (", ..." if len(strings) > 3 else "")
+        return reference(node, f"string tensors ({listed}): x86 kernels take numbers; runs on its reference kernel")
     strategies = op_strategies.get(node.qualop)
     if strategies is None:
         strategies = role_strategies.get(node.metaop.role, ())
@@ -569,5 +592,5 @@ def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | s
 __all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "choose",
            "contraction_group", "contraction_kernels", "generated_group", "generated_node",
            "library_contraction", "native_contractions", "op_strategies", "reference", "replay",
-           "role_strategies", "split_epilogue",
+           "role_strategies", "split_epilogue", "string_values",
            "strategy_named", "view_node"]

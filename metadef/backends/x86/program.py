@@ -12,7 +12,9 @@ numpy views of the arena, and copy their results into their planned place.
 A view step (Reshape, Flatten, Squeeze, Unsqueeze, Identity) costs nothing: its output shares
 its input's memory, whose lifetime grows to cover the view's readers. Graph outputs are never
 in the arena: each run writes them into arrays the caller owns (new ones, or the ``outputs=``
-buffers).
+buffers). Nor are string tensors (arrays of Python references, which native code must never
+copy as bytes): a step that reads or writes one runs from Python, and an intermediate string
+tensor is held by the program as the array its step made.
 
 A :class:`BoundProgram` holds its arena and tables, so one serves one run at a time;
 :class:`ProgramPool` keeps a few per binding for runs from several threads at once.
@@ -70,7 +72,7 @@ BINDINGS_KEPT = 8
 PROGRAMS_PER_BINDING = 4
 """How many prepared programs (arenas) one binding keeps for concurrent runs."""
 
-INPUT, OUTPUT, CONST, ARENA = "input", "output", "const", "arena"
+INPUT, OUTPUT, CONST, ARENA, OBJECTS = "input", "output", "const", "arena", "objects"
 
 
 @dataclass
@@ -78,7 +80,7 @@ class _Storage:
     """Where a value's bytes are: a graph input or output (per run), a constant, or the arena."""
 
     kind: str
-    index: int  # the input / output position, or the arena buffer
+    index: int  # the input / output position, the arena buffer, or the held object array
     shape: tuple[int, ...]
     dtype: np.dtype
 
@@ -145,11 +147,14 @@ class BoundProgram:
         types = exe._shape_plan(self.symbols)
         storage: dict[int, _Storage] = {}
         for k, (v, i) in enumerate(zip(graph.inputs, exe.input_ids)):
+            if v.type.shape is None:  # (an ONNX input declared without a shape)
+                raise Unplannable(f"input %{v.name} has an unknown rank, so its buffer cannot be planned")
             storage[i] = _Storage(INPUT, k, tuple(evaluate_shape(v.type.shape, self.symbols)), v.type.dtype.numpy)
         for i, data in exe.consts:
             storage[i] = _Storage(CONST, i, tuple(np.shape(data)), np.asarray(data).dtype)
         outputs = {i: k for k, i in enumerate(exe.output_ids)}
         buffers: list[list[int]] = []  # [size, start, end]
+        self.objects: list[np.ndarray | None] = []  # the string tensors steps made (OBJECTS storage)
         # (a NativeStep, or why the step runs from Python; its inputs; outputs; scratch buffers; index)
         lowered: list[tuple[NativeStep | str, list[_Storage | None], list[_Storage], list[int], int]] = []
         self.views = 0
@@ -163,6 +168,9 @@ class BoundProgram:
                     buffers[st.index][2] = s
             outs: list[_Storage] = []
             lowering = step.native
+            if any(st is not None and st.dtype.hasobject for st in ins) or any(
+                    t.dtype.numpy.hasobject for t in out_types):
+                lowering = None  # string tensors: never through native code, never in the arena
             if lowering is ALIAS and step.out_ids[0] not in outputs and ins[0] is not None:
                 view = ins[0]
                 storage[step.out_ids[0]] = _Storage(view.kind, view.index, tuple(out_types[0].shape), view.dtype)
@@ -172,6 +180,9 @@ class BoundProgram:
                 shape, dtype = tuple(t.shape), t.dtype.numpy
                 if i in outputs:
                     st = _Storage(OUTPUT, outputs[i], shape, dtype)
+                elif dtype.hasobject:
+                    self.objects.append(None)
+                    st = _Storage(OBJECTS, len(self.objects) - 1, shape, dtype)
                 else:
                     buffers.append([math.prod(shape) * dtype.itemsize, s, s])
                     st = _Storage(ARENA, len(buffers) - 1, shape, dtype)
@@ -300,6 +311,7 @@ class BoundProgram:
                 self._run_python(work, inputs, outputs)
         for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
             np.copyto(outputs[k], self._view(st, inputs, outputs))
+        self.objects[:] = [None] * len(self.objects)  # this run's string intermediates
 
     def _view(self, st: _Storage, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:
         if st.kind == INPUT:
@@ -308,6 +320,8 @@ class BoundProgram:
             return outputs[st.index].reshape(st.shape)
         if st.kind == CONST:
             return np.asarray(self.exe.const_arrays[st.index]).reshape(st.shape)
+        if st.kind == OBJECTS:
+            return self.objects[st.index].reshape(st.shape)
         offset = self.base - self.arena.ctypes.data + self.offsets[st.index]
         count = math.prod(st.shape)
         return self.arena[offset:offset + count * st.dtype.itemsize].view(st.dtype).reshape(st.shape)
@@ -323,6 +337,9 @@ class BoundProgram:
             raise BackendError(f"x86 backend failed at node ({exe_step.kind} kernel):\n"
                                f"  {format_node(exe_step.node)}\n  {type(e).__name__}: {e}") from e
         for st, result in zip(step.outputs, results):
+            if st.kind == OBJECTS:  # held as made (a string tensor is no bytes to copy)
+                self.objects[st.index] = np.asarray(result, dtype=object).reshape(st.shape)
+                continue
             target = self._view(st, inputs, outputs)
             if target.shape != np.shape(result):
                 raise BackendError(f"x86: node {exe_step.node.name} made an output of shape "

@@ -35,11 +35,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metadef.core.errors import FormatError
+from metadef.core.errors import FormatError, UnsupportedOpError
 from metadef.frontends.onnx.export_functions import FUSED_DOMAIN, FunctionLibrary, attribute_proto
 from metadef.frontends.onnx.export_quantized import Exported, Namer, stored_weight
 from metadef.ir import Graph, Node, Value
-from metadef.ops.defs.loops import NUM_CAPTURED, node_captured_start
+from metadef.ops.defs.loops import BATCHED, NUM_CAPTURED, node_captured_start
 from metadef.shape import TensorType
 
 IR_VERSION = 8
@@ -81,6 +81,12 @@ def _node_attrs(n: Node, names: _Names, lib: FunctionLibrary | None) -> list[onn
     out = []
     for k, v in n.attrs.items():
         if v is None or k == NUM_CAPTURED:  # metadef's own count, implied by the subgraph in ONNX
+            continue
+        if k == BATCHED:  # metadef's mark of opset 8's batched Scan, which later opsets cannot say
+            if v:
+                raise UnsupportedOpError(f"node {n.name} is a Scan of the batched form of opsets below 9, "
+                                         f"which opset {IR_OPSET} (what this exporter writes) has no form of; "
+                                         "export the source model with opset 9 or later")
             continue
         if isinstance(v, Graph):  # control flow reads ``outer`` by name; a fused body stands alone
             v = _graph_proto(v, outer, names.taken, lib) if start is not None else _graph_proto(v, lib=lib)

@@ -34,10 +34,12 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +47,29 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from metadef.core.dtypes import from_onnx
+from metadef.core.dtypes import STRING, as_strings, from_onnx
 from metadef.core.errors import FormatError, MetadefError, UnsupportedOpError
-from metadef.frontends.onnx.sequences import NoneValue, SequenceNode, SequenceValue, sequence_rules
+from metadef.frontends.onnx.gradient import gradient_rules
+from metadef.frontends.onnx.io_structure import (
+    assemble,
+    check_hints,
+    flatten,
+    output_spec,
+    specialize_input,
+    specialized_value,
+    structure_record,
+)
+from metadef.frontends.onnx.sequences import (
+    Imported,
+    ModelBuilder,
+    NoneValue,
+    SequenceNode,
+    SequenceValue,
+    sequence_rules,
+)
+from metadef.frontends.onnx.unroll import branch_structure, structured_rules
 from metadef.ir import Graph, GraphBuilder, Value
+from metadef.ir.structure import STRUCTURE_KEY, TENSOR, Spec, TensorSpec
 from metadef.ops import REGISTER_HINT, REGISTRY, MetaOp, get_op
 from metadef.ops.defs.control import CAPTURED, captured_start
 from metadef.ops.defs.elementwise import TrailingAxes
@@ -57,7 +78,8 @@ from metadef.shape import Dim, ShapeEnv, TensorType
 
 log = logging.getLogger("metadef.frontends.onnx")
 
-_CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+_CONSTANT_FIELDS = ("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                    "value_strings")
 _GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
@@ -82,8 +104,8 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Mode
 def _type_of(vi: onnx.ValueInfoProto, env: ShapeEnv, where: str) -> TensorType:
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
-        raise UnsupportedOpError(f"{where} {vi.name!r} is not a tensor (sequence, map and optional "
-                                 "graph inputs are not supported yet)")
+        raise UnsupportedOpError(f"{where} {vi.name!r} is a {vi.type.WhichOneof('value') or 'untyped value'}, "
+                                 "not a tensor, a sequence or an optional: not supported")
     dt = from_onnx(tt.elem_type)
     if not tt.HasField("shape"):
         return TensorType(dt, None)
@@ -98,12 +120,18 @@ def _type_of(vi: onnx.ValueInfoProto, env: ShapeEnv, where: str) -> TensorType:
     return TensorType(dt, tuple(dims))
 
 
+def _array(tensor: onnx.TensorProto) -> np.ndarray:
+    """A TensorProto's data; a string tensor as an object array of ``str`` (decoded UTF-8)."""
+    data = numpy_helper.to_array(tensor)
+    return as_strings(data, f"string tensor {tensor.name!r}") if tensor.data_type == STRING.onnx else data
+
+
 def _attr_value(attr: onnx.AttributeProto, where: str) -> Any:
     kind = attr.type
     if kind == onnx.AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return _array(attr.t)
     if kind == onnx.AttributeProto.TENSORS:
-        return [numpy_helper.to_array(t) for t in attr.tensors]
+        return [_array(t) for t in attr.tensors]
     if kind in _GRAPH_KINDS:
         raise UnsupportedOpError(f"{where}: attribute {attr.name!r} holds a subgraph, which is "
                                  "not supported here")
@@ -126,9 +154,11 @@ def _constant_array(node: onnx.NodeProto, where: str) -> np.ndarray:
                 return np.asarray(value, dtype=np.float32)
             if name in ("value_int", "value_ints"):
                 return np.asarray(value, dtype=np.int64)
+            if name in ("value_string", "value_strings"):
+                return as_strings(list(value)) if name == "value_strings" else as_strings([value]).reshape(())
             return value
     raise UnsupportedOpError(f"{where}: Constant with attributes {sorted(attrs)} is not supported "
-                             "(strings and sparse tensors are not numeric)")
+                             "(sparse tensors are not supported)")
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -145,6 +175,8 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
 def _unknown_ops(graph: onnx.GraphProto, missing: dict[tuple[str, str], str]) -> None:
     for i, node in enumerate(graph.node):
         if node.op_type in ("Constant", *sequence_rules) and node.domain in ("", "ai.onnx"):
+            continue
+        if (node.domain, node.op_type) in gradient_rules:
             continue
         if REGISTRY.get(node.op_type, node.domain) is None:
             missing.setdefault((node.domain or "ai.onnx", node.op_type), node.name or f"#{i}")
@@ -170,30 +202,52 @@ def _opset_of(model: onnx.ModelProto) -> dict[str, int]:
     return opset
 
 
-def import_graph(model: onnx.ModelProto, name: str | None = None) -> Graph:
+def import_graph(model: onnx.ModelProto, name: str | None = None, *,
+                 sequence_lengths: Mapping[str, int] | None = None,
+                 optional_present: Mapping[str, bool] | None = None,
+                 input_values: Mapping[str, Any] | None = None) -> Graph:
     """Convert a loaded ModelProto into a typed Graph (see ``import_onnx``)."""
     g = model.graph
     _check_ops(g)
     opset = _opset_of(model)
-    b = GraphBuilder(name or g.name or "main", opset=opset)
+    lengths, present = dict(sequence_lengths or {}), dict(optional_present or {})
+    fixed = dict(input_values or {})
+    check_hints(g.input, lengths, present, fixed)
+    b = ModelBuilder(name or g.name or "main", opset=opset)
     values: dict[str, Value | None] = {"": None}
     for init in g.initializer:
         try:
-            values[init.name] = b.const(init.name, numpy_helper.to_array(init))
+            values[init.name] = b.const(init.name, _array(init))
         except Exception as e:
             raise FormatError(f"initializer {init.name!r} cannot be read: {e}") from e
+    in_specs, out_specs = [], []
     for vi in g.input:
         if vi.name in values:
             continue  # an initializer also listed as an input (older exporters)
-        values[vi.name] = b.input(vi.name, _type_of(vi, b.env, "graph input"))
+        spec, flat = specialize_input(vi, lengths, present)  # a sequence: its items, as inputs
+        in_specs.append((vi.name, spec))
+        inputs = [b.input(f.name, _type_of(f, b.env, "graph input")) for f in flat]
+        values[vi.name] = assemble(spec, iter(inputs))
+        if isinstance(spec, TensorSpec):
+            b.value_inputs[id(inputs[0])] = vi.name
+        if vi.name in fixed:  # specialized on its value (guarded at run time): a constant inside
+            fixed[vi.name] = specialized_value(vi, fixed[vi.name], inputs[0].type.dtype.numpy)
+            values[vi.name] = b.const(f"{vi.name}.value", fixed[vi.name])
     for i, node in enumerate(g.node):
         _import_node(b, node, i, values, opset)
     for vi in g.output:
         if vi.name not in values or values[vi.name] is None:
             raise FormatError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
-        b.output(_tensor(values[vi.name], f"graph output {vi.name!r}"))
+        spec, flat = output_spec(vi, values[vi.name])
+        out_specs.append((vi.name, spec))
+        if isinstance(spec, TensorSpec):
+            b.output(flat[0])
+        else:  # a sequence's items, named out.0, out.1, ...
+            b.output(*(b.node("Identity", [v], outputs=[f"{vi.name}.{k}"])[0] for k, v in enumerate(flat)))
     _check_declared([*g.output, *g.value_info], values, "graph")
     b.metadata.update({p.key: p.value for p in model.metadata_props})
+    if (structure := structure_record(in_specs, out_specs, fixed)) is not None:
+        b.metadata[STRUCTURE_KEY] = structure.to_json()
     b.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     return b.build()
 
@@ -263,18 +317,33 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
     except KeyError as e:
         raise FormatError(f"{where} reads {e.args[0]!r}, which no earlier node, input or "
                           "initializer defines (is the graph topologically sorted?)") from None
-    if node.op_type in sequence_rules and node.domain in ("", "ai.onnx"):
-        seq_node = SequenceNode(b, read, attrs, node.name or f"{node.op_type}_{index}", where)
-        for n, v in zip(node.output, sequence_rules[node.op_type](seq_node)):
-            # a tensor result (an item picked, a Concat) takes the node's output name
-            values[n] = v if isinstance(v, SequenceValue) or not n else b.node("Identity", [v], outputs=[n])[0]
+    expand = gradient_rules.get((node.domain, node.op_type))
+    if expand is not None:  # differentiated here, into ordinary nodes (see gradient.py)
+        grads = expand(b, read, attrs, values, node.name or f"{node.op_type}_{index}", where)
+        for n, v in zip(node.output, grads):
+            if n:
+                values[n] = b.node("Identity", [v], outputs=[n])[0]
         return
+    rule = sequence_rules.get(node.op_type) or structured_rules.get(node.op_type) \
+        if node.domain in ("", "ai.onnx") else None
+    if rule is not None:
+        graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+        seq_node = SequenceNode(b, read, attrs, node.name or f"{node.op_type}_{index}", where, graphs,
+                                functools.partial(_inline, b, values, opset), values)
+        results = rule(seq_node)
+        if results is not None:  # else the node imports as usual (a Loop over tensors)
+            for n, v in zip(node.output, results):
+                # a tensor result (an item picked, a Concat) takes the node's output name
+                values[n] = v if isinstance(v, SequenceValue) or not n else b.node("Identity", [v], outputs=[n])[0]
+            return
     op = get_op(node.op_type, node.domain)
     inputs = [None if v is None else _tensor(v, where) for v in read]
     while inputs and inputs[-1] is None:
         inputs.pop()
+    structure: list[Spec] | None = None  # an If whose branches give sequences: their tensors
     if _subgraphs(node):
-        graphs, captured = _import_subgraphs(b, node, op, where, values, opset)
+        graphs, captured, specs = _import_subgraphs(b, node, op, where, values, opset)
+        structure = branch_structure(b, inputs[0] if inputs else None, specs, where) if specs else None
         attrs.update(graphs)
         if NUM_CAPTURED in op.attrs:  # own variadic values, then the captured ones (Loop, Scan)
             fixed = sum(not p.variadic for p in op.inputs)
@@ -303,14 +372,33 @@ def _import_node(b: GraphBuilder, node: onnx.NodeProto, index: int,
             else:
                 inputs.append(const)
     out_names = list(node.output)
-    while out_names and out_names[-1] == "":
+    while out_names and out_names[-1] == "" and structure is None:
         out_names.pop()
     placeholder = [n or f"{node.name or node.op_type}_unused{k}" for k, n in enumerate(out_names)]
+    if structure is not None:  # each sequence output as its items
+        placeholder = [f"{p}.{k}" for p, spec in zip(placeholder, structure) for k in range(spec.count)] \
+            if any(not isinstance(spec, TensorSpec) for spec in structure) else placeholder
     outs = b.node(node.op_type, inputs, attrs, name=node.name or f"{node.op_type}_{index}",
                   domain=node.domain if node.domain != "ai.onnx" else "", outputs=placeholder)
-    for n, v in zip(out_names, outs):
+    grouped = outs if structure is None else [assemble(spec, it) for it in [iter(outs)] for spec in structure]
+    for n, v in zip(out_names, grouped):
         if n:
             values[n] = v
+
+
+def _inline(b: GraphBuilder, scope: Mapping[str, Imported | None], opset: dict[str, int],
+            graph: onnx.GraphProto, bindings: list[Imported | None], label: str) -> list[Imported]:
+    """Import a subgraph's nodes into ``b`` itself, its inputs bound to ``bindings`` and the
+    names it reads from outside looked up in ``scope``; its outputs (tensors, sequences)."""
+    values = collections.ChainMap({vi.name: v for vi, v in zip(graph.input, bindings)}, scope)
+    for init in graph.initializer:
+        values[init.name] = b.const(f"{label}/{init.name}", _array(init))
+    for i, node in enumerate(graph.node):
+        _import_node(b, node, i, values, opset)  # type: ignore[arg-type]
+    for vi in graph.output:
+        if values.get(vi.name) is None:
+            raise FormatError(f"{label}: output {vi.name!r} is not produced by any node, input or initializer")
+    return [values[vi.name] for vi in graph.output]
 
 
 def _free_names(graph: onnx.GraphProto) -> list[str]:
@@ -336,8 +424,10 @@ def _free_names(graph: onnx.GraphProto) -> list[str]:
 
 
 def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: str,
-                      values: dict[str, Value | None], opset: dict[str, int]) -> tuple[dict[str, Graph], list[Value]]:
-    """The node's graph attributes as typed Graphs, and the outer values they capture."""
+                      values: dict[str, Value | None],
+                      opset: dict[str, int]) -> tuple[dict[str, Graph], list[Value], dict[str, list[Spec]]]:
+    """The node's graph attributes as typed Graphs, the outer values they capture and, for
+    an If, the structure of each branch's outputs (a sequence output gives its items)."""
     start = captured_start(op)
     counted = NUM_CAPTURED in op.attrs  # Loop, Scan: the node's own inputs end with a variadic
     if (start is None and not counted) or any(a.type == onnx.AttributeProto.GRAPHS for a in node.attribute):
@@ -365,15 +455,19 @@ def _import_subgraphs(b: GraphBuilder, node: onnx.NodeProto, op: MetaOp, where: 
     rule = body_input_rules.get(op.name) if not op.domain else None
     plain = {a.name: _attr_value(a, where) for a in node.attribute if a.type not in _GRAPH_KINDS}
     formal = rule(plain, own) if rule is not None else []
-    graphs = {a.name: _import_body(a.g, b.env, names, captured, opset, f"{where} {a.name}", formal)
-              for a in held}
-    return graphs, captured
+    bodies = {a.name: _import_body(a.g, b.env, names, captured, opset, f"{where} {a.name}", formal,
+                                   flat=not counted) for a in held}
+    graphs = {k: graph for k, (graph, _) in bodies.items()}
+    return graphs, captured, {k: specs for k, (_, specs) in bodies.items() if not counted}
 
 
 def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captured: list[Value],
-                 opset: dict[str, int], where: str, formal: list[TensorType | None] = ()) -> Graph:
+                 opset: dict[str, int], where: str, formal: list[TensorType | None] = (), *,
+                 flat: bool = False) -> tuple[Graph, list[Spec]]:
     """One subgraph: its own inputs, then the captured values (typed as outside), its
-    constants and its nodes, typed in the outer graph's symbols (``env`` is shared)."""
+    constants and its nodes, typed in the outer graph's symbols (``env`` is shared); with
+    ``flat``, a sequence output gives its items as outputs (and an empty optional none), and
+    the specs say so."""
     b = GraphBuilder(graph.name or where, opset=opset, env=env)
     values: dict[str, Value | None] = {"": None}
     for i, vi in enumerate(graph.input):
@@ -383,15 +477,19 @@ def _import_body(graph: onnx.GraphProto, env: ShapeEnv, names: list[str], captur
     for name, outer in zip(names, captured):
         values[name] = b.input(name, outer.type)
     for init in graph.initializer:
-        values[init.name] = b.const(init.name, numpy_helper.to_array(init))
+        values[init.name] = b.const(init.name, _array(init))
     for i, node in enumerate(graph.node):
         _import_node(b, node, i, values, opset)
+    specs: list[Spec] = []
     for vi in graph.output:
         if values.get(vi.name) is None:
             raise FormatError(f"{where}: output {vi.name!r} is not produced by any node, input or initializer")
-        b.output(_tensor(values[vi.name], f"{where}: output {vi.name!r}"))
+        spec, items = flatten(values[vi.name]) if flat else (TENSOR, [_tensor(values[vi.name], f"{where}: "
+                                                                              f"output {vi.name!r}")])
+        specs.append(spec)
+        b.output(*items)
     _check_declared([*graph.output, *graph.value_info], values, where)
-    return b.build()
+    return b.build(), specs
 
 
 @functools.cache
@@ -407,8 +505,19 @@ def _takes_types(adapt: Any) -> bool:
     return "types" in inspect.signature(adapt).parameters
 
 
-def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: str | None = None) -> Graph:
+def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: str | None = None,
+                sequence_lengths: Mapping[str, int] | None = None,
+                optional_present: Mapping[str, bool] | None = None,
+                input_values: Mapping[str, Any] | None = None) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as a Graph with symbolic shapes inferred.
+
+    A model with sequence or optional graph inputs is specialized on their structure:
+    ``sequence_lengths`` gives each sequence input's length, ``optional_present`` whether each
+    optional input is present, and ``input_values`` the value of each tensor input that decides
+    a structure (a split size, a position, a loop's trip count; the error that asks for one
+    names it), see :mod:`metadef.frontends.onnx.io_structure`. The session then takes lists and
+    None for such inputs, gives lists and None for such outputs, and checks the structure (and
+    the values) of each run; ``metadef.compile_onnx`` specializes on each structure it meets.
 
     Example:
         >>> import metadef as md
@@ -416,7 +525,8 @@ def import_onnx(source: str | os.PathLike | bytes | onnx.ModelProto, *, name: st
         >>> str(g.inputs[0].type)
         'f32[batch,784]'
     """
-    return import_graph(load_model(source), name=name)
+    return import_graph(load_model(source), name=name, sequence_lengths=sequence_lengths,
+                        optional_present=optional_present, input_values=input_values)
 
 
 __all__ = ["import_graph", "import_onnx", "load_model"]

@@ -23,7 +23,8 @@ import ml_dtypes
 import numpy as np
 
 from metadef.core.dtypes import FLOAT8E8M0, DType, dtype, from_onnx
-from metadef.core.errors import DTypeError, ShapeError, UnsupportedOpError
+from metadef.core.errors import ShapeError, UnsupportedOpError
+from metadef.ops.defs.cast_e8m0 import ROUND_MODES, to_float8e8m0
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, AttrSpec, int_, string
 from metadef.ops.metaop import BROADCAST_ALL, SAME_AS_FIRST, Adapter, MetaOp, metaop
@@ -214,7 +215,7 @@ Mean = _variadic_op("Mean", "+", "T in {float}", (1, 6, 8, 13), mean=True)
 
 # --- comparisons and logic --------------------------------------------------------------
 
-Equal = binary("Equal", "A[...] == B[...]", types="T in {numeric, bool}", out="bool",
+Equal = binary("Equal", "A[...] == B[...]", types="T in {numeric, bool, string}", out="bool",
                since=(1, 7, 11, 13, 19))
 Less = binary("Less", "A[...] < B[...]", out="bool", since=(1, 7, 9, 13))
 LessOrEqual = binary("LessOrEqual", "A[...] <= B[...]", out="bool", since=(12, 16))
@@ -322,8 +323,11 @@ def saturation_bounds(target: np.dtype) -> tuple[float, float] | None:
 _FLOAT8_NAMES = frozenset(n for n in CAST_DTYPE_NAMES if n.startswith("float8"))
 
 
-def _cast_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict[str, float]]:
-    """``cast_<to>(X)``; a saturating float8 cast clamps to the finite range first."""
+def _cast_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict[str, float]] | None:
+    """``cast_<to>(X)``; a saturating float8 cast clamps to the finite range first. A cast to
+    float8e8m0 has no expression (it rounds on exponent bits): its reference runs it."""
+    if from_onnx(attrs["to"]) is FLOAT8E8M0:
+        return None
     target = from_onnx(attrs["to"]).numpy
     body, params = "X[...]", {}
     bounds = saturation_bounds(target) if attrs["saturate"] else None
@@ -336,12 +340,32 @@ def _cast_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict
 
 
 def cast_target(ctx: InferContext, target: DType) -> DType:
-    """``target`` when metadef can cast to it; float8e8m0 (the power-of-two scales of MX
-    formats) rounds by ``round_mode`` on exponent bits, which no expression here computes."""
-    if target is FLOAT8E8M0:
-        raise DTypeError(f"{ctx.describe()}: casting to float8e8m0 is not supported (its "
-                         "round_mode rounding works on exponent bits); cast to float32 instead")
+    """``target``, after checking ``round_mode`` (which a cast to float8e8m0, the power-of-two
+    scales of MX formats, rounds by: see :mod:`metadef.ops.defs.cast_e8m0`)."""
+    if target is FLOAT8E8M0 and ctx.attrs["round_mode"] not in ROUND_MODES:
+        ctx.fail(f"round_mode={ctx.attrs['round_mode']!r} must be one of {', '.join(ROUND_MODES)}")
     return target
+
+
+def cast_reference(x: np.ndarray, target: np.dtype, attrs: Mapping[str, Any]) -> np.ndarray:
+    """``x`` cast to ``target`` as Cast and CastLike do: float8 targets saturate (clamp to the
+    finite range) when ``saturate`` is set; float8e8m0 rounds by ``round_mode``.
+
+    Example:
+        >>> cast_reference(np.array([3.0]), FLOAT8E8M0.numpy, {"saturate": 1, "round_mode": "up"}
+        ...                ).astype(np.float32)
+        array([4.], dtype=float32)
+    """
+    if target == FLOAT8E8M0.numpy:
+        return to_float8e8m0(x, attrs["round_mode"], bool(attrs["saturate"]))
+    bounds = saturation_bounds(target) if attrs["saturate"] else None
+    if bounds is not None:
+        x = np.clip(x, *bounds)
+    return x.astype(target)
+
+
+def _cast_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    return cast_reference(np.asarray(inputs[0]), from_onnx(attrs["to"]).numpy, attrs)
 
 
 def _cast_rule(ctx: InferContext) -> list[Any]:
@@ -364,7 +388,7 @@ Cast = metaop(
     "Cast", inputs=("X: T1",), outputs=("Y: T2",),
     attrs={"to": int_(REQUIRED), "saturate": int_(1), "round_mode": string("up")},
     types="T1 in {all}; T2 in {all}", rule=_cast_rule, semantics=_cast_semantics,
-    role=Role.ELEMENTWISE, since=(1, 6, 9, 13, 19, 21, 23, 24, 25), adapt=_cast_adapt,
+    reference=_cast_reference, role=Role.ELEMENTWISE, since=(1, 6, 9, 13, 19, 21, 23, 24, 25), adapt=_cast_adapt,
     doc="Strings are not numeric: casts to or from them raise DTypeError.",
 )
 
@@ -372,11 +396,7 @@ Cast = metaop(
 def _cast_like_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
     # Opaque: the target dtype is the second input's dtype, which a semantics function (it sees
     # attributes and shapes only) cannot know.
-    x, target = np.asarray(inputs[0]), np.asarray(inputs[1]).dtype
-    bounds = saturation_bounds(target) if attrs["saturate"] else None
-    if bounds is not None:
-        x = np.clip(x, *bounds)
-    return x.astype(target)
+    return cast_reference(np.asarray(inputs[0]), np.asarray(inputs[1]).dtype, attrs)
 
 
 def _cast_like_rule(ctx: InferContext) -> list[Any]:

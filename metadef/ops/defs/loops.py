@@ -19,6 +19,13 @@ node's first captured input for either convention).
   (along ``scan_input_axes``, walked as ``scan_input_directions`` says), then the captured
   values, and gives the next states and one slice of each scan output (stacked along
   ``scan_output_axes``, in ``scan_output_directions`` order).
+- ``Scan`` before opset 9 is batched: its adapter sets metadef's own attribute :data:`BATCHED`
+  and the inputs are ``(sequence_lens?, *initial_states, *scan_inputs, *captured)``. Every state
+  and scan input has the batch on axis 0, and scan inputs have the sequence on axis 1. Each
+  batch element runs its own scan over its first ``sequence_lens[b]`` steps (all of them
+  without ``sequence_lens``), walked as ``directions`` says; its scan outputs are padded with
+  zeros to the longest sequence. The outputs are ``[batch, ...]`` states and
+  ``[batch, sequence, ...]`` scan outputs.
 
 **Shape rule.** The body is typed in the outer graph's symbols; a body input that is one symbol
 binds to the value fed into it. A final carried value or state takes the body output's type
@@ -57,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from metadef.core.dtypes import dtype as lookup_dtype
-from metadef.core.errors import MetadefError, UnsupportedOpError
+from metadef.core.errors import BackendError, MetadefError, UnsupportedOpError
 from metadef.ops.defs.control import captured_start, input_bindings, merge_types, rebind
 from metadef.ops.defs.fused import run_body
 from metadef.ops.infer import InferContext
@@ -68,6 +75,8 @@ from metadef.shape import Dim, TensorType, bind_shape, evaluate_shape
 
 NUM_CAPTURED = "num_captured"
 """The attribute that counts the captured values at the end of a Loop or Scan node's inputs."""
+BATCHED = "batched"
+"""metadef's attribute that marks a Scan node of the batched form of opsets below 9."""
 
 
 def node_captured_start(op: MetaOp, attrs: Mapping[str, Any], n_inputs: int) -> int | None:
@@ -239,7 +248,49 @@ def _axes(ctx: InferContext | None, attrs: Mapping[str, Any], key: str, ranks: S
     return out
 
 
+def _unbatched(t: TensorType | None, axes: int, what: str, ctx: InferContext) -> TensorType | None:
+    """``t`` without its first ``axes`` axes (batch, and sequence for a scan input)."""
+    if t is None or t.shape is None:
+        return t
+    if len(t.shape) < axes:
+        ctx.fail(f"{what} {t} must have at least {axes} axes (batch{', sequence' if axes > 1 else ''})")
+    return t.with_shape(t.shape[axes:])
+
+
+def _batched(t: TensorType | None, lead: Sequence[Dim]) -> TensorType | None:
+    return t if t is None or t.shape is None else t.with_shape([*lead, *t.shape])
+
+
+def _scan8_infer(ctx: InferContext) -> list[TensorType | None]:
+    """The batched Scan of opsets below 9 (see the module doc)."""
+    body = ctx.attrs["body"]
+    own, captured = _split(ctx, 1)
+    m = int(ctx.attrs["num_scan_inputs"])
+    if not 1 <= m <= len(own):
+        ctx.fail(f"num_scan_inputs={m} but the node has {len(own)} state and scan inputs")
+    if len(ctx.attrs.get("directions") or [0] * m) != m:
+        ctx.fail(f"directions has {len(ctx.attrs['directions'])} entries but there are {m} scan inputs")
+    states, scanned = own[:len(own) - m], own[len(own) - m:]
+    lead: list[Dim] | None = None
+    for t in scanned:
+        if t is not None and t.shape is not None and len(t.shape) >= 2:
+            lead = lead or list(t.shape[:2])
+    bindings = _bind_body(ctx, body, [*(_unbatched(t, 1, "state", ctx) for t in states),
+                                      *(_unbatched(t, 2, "scan input", ctx) for t in scanned), *captured],
+                          "the states, one step of each scan input, then the captured values")
+    n = len(states)
+    if len(body.outputs) < n:
+        ctx.fail(f"the body gives {len(body.outputs)} outputs but must give {n} states first")
+    if lead is None:
+        lead = [ctx.fresh("batch"), ctx.fresh("scan")]
+    final = _final(ctx, [_unbatched(t, 1, "state", ctx) for t in states], body.outputs[:n], bindings)
+    return [*(_batched(t, lead[:1]) for t in final),
+            *(_batched(rebind(o.type, bindings), lead) for o in body.outputs[n:])]
+
+
 def _scan_infer(ctx: InferContext) -> list[TensorType | None]:
+    if ctx.attrs.get(BATCHED):
+        return _scan8_infer(ctx)
     body = ctx.attrs["body"]
     own, captured = _split(ctx, 0)
     m = int(ctx.attrs["num_scan_inputs"])
@@ -273,15 +324,11 @@ def _scan_infer(ctx: InferContext) -> list[TensorType | None]:
     return [*final, *(_stacked(t, length, a) for t, a in zip(outs, out_axes))]
 
 
-def _scan_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    body = attrs["body"]
-    k = int(attrs.get(NUM_CAPTURED) or 0)
-    own, captured = inputs[:len(inputs) - k], list(inputs[len(inputs) - k:])
-    m = int(attrs["num_scan_inputs"])
-    states, scanned = list(own[:len(own) - m]), [np.asarray(x) for x in own[len(own) - m:]]
-    axes = _axes(None, attrs, "scan_input_axes", [x.ndim for x in scanned])
-    reverse = list(attrs.get("scan_input_directions") or [0] * m)
-    length = scanned[0].shape[axes[0]] if scanned else 0
+def _scan_steps(body: Any, states: list[np.ndarray | None], scanned: Sequence[np.ndarray],
+                axes: Sequence[int], reverse: Sequence[int], length: int,
+                captured: list[np.ndarray | None]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Run the body over the first ``length`` slices of each scan input (along its axis, from
+    the end where ``reverse``): the final states and each scan output's slices, in order."""
     n = len(states)
     collected: list[list[np.ndarray]] = [[] for _ in body.outputs[n:]]
     for t in range(length):
@@ -290,11 +337,61 @@ def _scan_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -
         states = list(outs[:n])
         for acc, value in zip(collected, outs[n:]):
             acc.append(np.asarray(value))
+    return [np.asarray(s) for s in states], collected
+
+
+def _scan8_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """The batched Scan of opsets below 9: one scan per batch element (see the module doc)."""
+    body = attrs["body"]
+    k = int(attrs.get(NUM_CAPTURED) or 0)
+    lens, own, captured = inputs[0], inputs[1:len(inputs) - k], list(inputs[len(inputs) - k:])
+    m = int(attrs["num_scan_inputs"])
+    states, scanned = list(own[:len(own) - m]), [np.asarray(x) for x in own[len(own) - m:]]
+    batch, longest = scanned[0].shape[:2]
+    steps = [longest] * batch if lens is None else [int(v) for v in np.asarray(lens).reshape(-1)]
+    if len(steps) != batch or any(not 0 <= v <= longest for v in steps):
+        raise BackendError(f"Scan: sequence_lens {steps} must give, for each of the {batch} batch "
+                           f"elements, a length from 0 to the sequence axis' {longest}")
+    reverse = list(attrs.get("directions") or [0] * m)
+    finals, outputs = [], []
+    for b, length in enumerate(steps):
+        final, collected = _scan_steps(body, [np.asarray(s)[b] for s in states], [x[b] for x in scanned],
+                                       [0] * m, reverse, length, captured)
+        finals.append(final)
+        outputs.append(collected)
+    stacked = []
+    for i, o in enumerate(body.outputs[len(states):]):
+        pieces = [acc[i] for acc in outputs]
+        example = next((p[0] for p in pieces if p), None)
+        if example is None:
+            fed = [*(np.asarray(s)[0] if batch else None for s in states),
+                   *(x[0, 0] if batch and longest else None for x in scanned), *captured]
+            example = np.zeros(_empty_stack(o, body, fed).shape[1:], o.type.dtype.numpy if o.type else np.float32)
+        padded = np.zeros((batch, longest, *example.shape), example.dtype)
+        for b, p in enumerate(pieces):
+            if p:
+                padded[b, :len(p)] = np.stack(p)
+        stacked.append(padded)
+    return [*(np.stack([f[j] for f in finals]) for j in range(len(states))), *stacked]
+
+
+def _scan_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    if attrs.get(BATCHED):
+        return _scan8_reference(inputs, attrs)
+    body = attrs["body"]
+    k = int(attrs.get(NUM_CAPTURED) or 0)
+    own, captured = inputs[:len(inputs) - k], list(inputs[len(inputs) - k:])
+    m = int(attrs["num_scan_inputs"])
+    states, scanned = list(own[:len(own) - m]), [np.asarray(x) for x in own[len(own) - m:]]
+    axes = _axes(None, attrs, "scan_input_axes", [x.ndim for x in scanned])
+    reverse = list(attrs.get("scan_input_directions") or [0] * m)
+    length = scanned[0].shape[axes[0]] if scanned else 0
+    states, collected = _scan_steps(body, states, scanned, axes, reverse, length, captured)
     out_axes = _axes(None, attrs, "scan_output_axes",
                      [None if not acc else acc[0].ndim + 1 for acc in collected])
     out_reverse = list(attrs.get("scan_output_directions") or [0] * len(collected))
     stacked = []
-    for acc, axis, r, o in zip(collected, out_axes, out_reverse, body.outputs[n:]):
+    for acc, axis, r, o in zip(collected, out_axes, out_reverse, body.outputs[len(states):]):
         if not acc:
             slices = [np.take(x, [], axis=a).sum(axis=a) for x, a in zip(scanned, axes)]  # slice shapes
             fed = [*states, *slices, *captured]
@@ -305,10 +402,8 @@ def _scan_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -
 
 
 def _scan_adapt(version: int, attrs: dict[str, Any], n_inputs: int) -> tuple[dict[str, Any], dict[int, Any]]:
-    if version < 9:
-        raise UnsupportedOpError("Scan before opset 9 (batched, with sequence_lens) is not supported; "
-                                 "re-export the model with opset 9 or later")
-    return attrs, {}
+    """Opsets below 9 have the batched form, with ``sequence_lens`` first: marked :data:`BATCHED`."""
+    return ({**attrs, BATCHED: 1} if version < 9 else attrs), {}
 
 
 Scan = metaop(
@@ -317,7 +412,8 @@ Scan = metaop(
     outputs=(Param("outputs", variadic=True, type_var="V", mixed=True),),
     attrs={"body": graph_(REQUIRED), "num_scan_inputs": int_(REQUIRED),
            "scan_input_axes": ints(), "scan_input_directions": ints(),
-           "scan_output_axes": ints(), "scan_output_directions": ints(), NUM_CAPTURED: int_(0)},
+           "scan_output_axes": ints(), "scan_output_directions": ints(), NUM_CAPTURED: int_(0),
+           "directions": ints(), BATCHED: int_(0)},
     types="V in {all}",
     rule=_scan_infer,
     reference=_scan_reference,
@@ -360,4 +456,4 @@ Example:
     ['f32[2]', 'f32[b,2]']
 """
 
-__all__ = ["NUM_CAPTURED", "Loop", "Scan", "body_input_rules", "node_captured_start"]
+__all__ = ["BATCHED", "NUM_CAPTURED", "Loop", "Scan", "body_input_rules", "node_captured_start"]

@@ -6,11 +6,11 @@
 - ``ArrayFeatureExtractor`` picks the last-axis entries whose indices ``Y`` lists (flattened),
   ``[..., F] -> [..., len(Y)]``; a 1-D X is read as one row, as ONNX Runtime does.
 - ``LabelEncoder`` maps each element through a table of keys to values (a ``default_*`` for
-  keys not in the table; NaN keys match NaN). Keys and values come from ``keys_int64s`` /
-  ``keys_floats`` / ``keys_tensor`` and ``values_int64s`` / ``values_floats`` /
-  ``values_tensor``: int64, float32 or the tensor's dtype. String keys or values are refused
-  with a ``DTypeError``: metadef compiles numeric graphs (its dtypes have no strings; map
-  strings to ids before the model).
+  keys not in the table; NaN keys match NaN; of repeated keys the first counts). Keys and
+  values come from ``keys_int64s`` / ``keys_floats`` / ``keys_strings`` / ``keys_tensor`` and
+  ``values_int64s`` / ``values_floats`` / ``values_strings`` / ``values_tensor``: int64,
+  float32, string or the tensor's dtype. The default is ``default_tensor`` when given, else
+  ``default_int64``, ``default_float`` or ``default_string`` by the values' kind.
 - ``TreeEnsemble`` (opset 5) evaluates decision trees on the rows of ``X [N, F]``: every row
   walks every tree at once (vectorized over rows, one step per tree level), the leaf weights
   are aggregated per target (``AVERAGE``, ``SUM``, ``MIN``, ``MAX``: a target no leaf reaches
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from metadef.core.dtypes import from_numpy
+from metadef.core.dtypes import STRING, as_strings, from_numpy
 from metadef.core.errors import BackendError, DTypeError
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, float_, floats, int_, ints, string, strings, tensor_
@@ -96,35 +96,33 @@ ArrayFeatureExtractor = metaop(
 # -------------------------------------------------------------------------- LabelEncoder
 
 
-_FORMS = ("int64s", "floats", "tensor")
+_FORMS = ("int64s", "floats", "strings", "tensor")
 
 
 def _table_form(attrs: Mapping[str, Any], side: str) -> tuple[np.ndarray, np.dtype] | None:
     """The keys or values of the table (``side``: ``keys`` or ``values``) as a flat array in
-    the dtype they give (``*_int64s`` int64, ``*_floats`` float32, ``*_tensor`` its own);
-    None when the node has no numeric form of them."""
+    the dtype they give (``*_int64s`` int64, ``*_floats`` float32, ``*_strings`` string, an
+    object array of ``str``, ``*_tensor`` its own); None when the node has none."""
     for form in _FORMS:
         raw = attrs[f"{side}_{form}"]
-        if raw is not None:
-            dtype = {"int64s": np.dtype(np.int64), "floats": np.dtype(np.float32)}.get(
-                form, np.asarray(raw).dtype)
-            return np.asarray(raw, dtype).reshape(-1), dtype
+        if raw is None:
+            continue
+        if form == "strings" or np.asarray(raw).dtype.kind in "OUS":
+            return as_strings(raw, f"LabelEncoder {side}_{form}").reshape(-1), STRING.numpy
+        dtype = {"int64s": np.dtype(np.int64), "floats": np.dtype(np.float32)}.get(form, np.asarray(raw).dtype)
+        return np.asarray(raw, dtype).reshape(-1), dtype
     return None
 
 
 def _label_encoder_rule(ctx: InferContext) -> list[Any]:
     for side in ("keys", "values"):
-        tensor = ctx.attrs[f"{side}_tensor"]
-        if ctx.attrs[f"{side}_strings"] is not None or (tensor is not None and tensor.dtype.kind in "OUS"):
-            raise DTypeError(f"op LabelEncoder (node {ctx.node}): string {side} are not supported: "
-                             "metadef compiles numeric graphs (map strings to ids before the model)")
         given = [f"{side}_{form}" for form in _FORMS if ctx.attrs[f"{side}_{form}"] is not None]
         if len(given) > 1:
             ctx.fail(f"give the {side} in one attribute, got {', '.join(given)}")
     keys, values = _table_form(ctx.attrs, "keys"), _table_form(ctx.attrs, "values")
     if keys is None or values is None:
-        ctx.fail("the table needs keys (keys_int64s, keys_floats or keys_tensor) and values "
-                 "(values_int64s, values_floats or values_tensor)")
+        ctx.fail("the table needs keys (keys_int64s, keys_floats, keys_strings or keys_tensor) and "
+                 "values (values_int64s, values_floats, values_strings or values_tensor)")
     if keys[0].size != values[0].size:
         ctx.fail(f"{keys[0].size} keys but {values[0].size} values")
     key_dtype = from_numpy(keys[1])
@@ -134,30 +132,47 @@ def _label_encoder_rule(ctx: InferContext) -> list[Any]:
     default = ctx.attrs["default_tensor"]
     if default is not None and np.size(default) != 1:
         ctx.fail(f"default_tensor must hold one value, got shape {list(np.shape(default))}")
+    if default is not None and (np.asarray(default).dtype.kind in "OUS") != (values[1] == STRING.numpy):
+        raise DTypeError(f"op LabelEncoder (node {ctx.node}): default_tensor is "
+                         f"{np.asarray(default).dtype} but the values are {from_numpy(values[1]).name}")
     return [TensorType(from_numpy(values[1]), ctx.shape(0))]
 
 
 def _label_default(attrs: Mapping[str, Any], dtype: np.dtype) -> Any:
     """The value of keys missing from the table: ``default_tensor``, else the default of the
-    values' kind (``default_int64`` or ``default_float``)."""
+    values' kind (``default_int64``, ``default_string`` or ``default_float``)."""
     if attrs["default_tensor"] is not None:
-        return np.asarray(attrs["default_tensor"]).reshape(-1)[0]
+        default = np.asarray(attrs["default_tensor"]).reshape(-1)
+        return as_strings(default)[0] if dtype == STRING.numpy else default[0]
+    if dtype == STRING.numpy:
+        return attrs["default_string"]
     return attrs["default_int64"] if dtype.kind in "iu" else attrs["default_float"]
 
 
 def label_encoder_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.ndarray:
-    """Look every element up in the sorted keys; missing keys take the default.
+    """Look every element up in the sorted keys (string keys: in a dict); missing keys take
+    the default.
 
     Example:
         >>> attrs = {name: spec.default for name, spec in LabelEncoder.attrs.items()}
         >>> attrs.update(keys_int64s=(3, 1, 7), values_floats=(0.5, 1.5, 2.5), default_float=-1.0)
         >>> label_encoder_reference([np.array([7, 2, 1, 3])], attrs)
         array([ 2.5, -1. ,  1.5,  0.5], dtype=float32)
+        >>> attrs.update(keys_int64s=None, keys_strings=("a", "b", "c"))
+        >>> label_encoder_reference([np.array(["c", "z", "a"], object)], attrs)
+        array([ 2.5, -1. ,  0.5], dtype=float32)
     """
     x = np.asarray(inputs[0])
     (keys, _), (values, dtype) = _table_form(attrs, "keys"), _table_form(attrs, "values")
-    keys = keys.astype(x.dtype)
     out = np.full(x.shape, _label_default(attrs, dtype), dtype)
+    if keys.dtype == STRING.numpy:  # a dict lookup; the first of repeated keys counts
+        table = dict(zip(keys.tolist()[::-1], values.tolist()[::-1]))
+        flat = out.reshape(-1)
+        for i, key in enumerate(as_strings(x).reshape(-1).tolist()):
+            if key in table:
+                flat[i] = table[key]
+        return out
+    keys = keys.astype(x.dtype)
     order = np.argsort(keys, kind="stable")
     keys, values = keys[order], values[order]
     if keys.size:
@@ -178,10 +193,11 @@ LabelEncoder = metaop(
               for k in _TABLE},
            "keys_tensor": tensor_(), "values_tensor": tensor_(), "default_tensor": tensor_(),
            "default_int64": int_(-1), "default_float": float_(-0.0), "default_string": string("_Unused")},
-    types="T1 in {int16, int32, int64, float32, float64}; T2 in {int16, int32, int64, float32, float64}",
+    types="T1 in {int16, int32, int64, float32, float64, string}; "
+          "T2 in {int16, int32, int64, float32, float64, string}",
     rule=_label_encoder_rule, reference=label_encoder_reference, role=Role.OPAQUE, since=(2, 4),
-    doc="Each element mapped through a key -> value table (numeric keys and values); keys "
-        "not in the table give the default.",
+    doc="Each element mapped through a key -> value table (numbers or strings); keys not in the "
+        "table give the default.",
 )
 
 

@@ -1,10 +1,16 @@
-"""Normalizations: BatchNormalization (inference), Instance-, Layer- and GroupNormalization,
-LRN, MeanVarianceNormalization and LpNormalization.
+"""Normalizations: BatchNormalization, Instance-, Layer- and GroupNormalization, LRN,
+MeanVarianceNormalization and LpNormalization.
 
 Each is an index expression generated per node from its rank and axes: statistics are
 temporaries (``mu``, ``rstd``) reduced over the normalized axes, then one broadcast statement
 normalizes. LayerNormalization's optional Mean and InvStdDev outputs keep their reduced
 axes as extent-1 axes (``Mean[a0, k0] = mean[b0:N0] X[a0, b0 + k0*N0]``).
+
+BatchNormalization with ``training_mode=1`` (opset 14 and later) normalizes with the batch's
+own statistics and gives the running ones updated with ``momentum``; it runs from a numpy
+reference (:func:`batchnorm_training_reference`), since its three outputs are not one
+expression's. The training forms of opsets below 14 (``is_test=0``; five outputs with the
+saved statistics) are refused with ``UnsupportedOpError``.
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from metadef.core import dtypes as dt
 from metadef.core.errors import AttributeError_, UnsupportedOpError
@@ -61,33 +69,69 @@ def _norm_axis(axis: int, rank: int) -> int:
 
 
 def _batchnorm_infer(ctx: InferContext) -> list[Any]:
-    if ctx.attrs.get("training_mode"):
-        raise UnsupportedOpError(
-            f"{ctx.describe()}: training_mode=1 (batch statistics and running-stat updates) "
-            "is not supported; metadef compiles inference graphs: export the model in eval "
-            "mode (model.eval() in PyTorch)")
     x = ctx.shape(0)
+    if ctx.attrs.get("training_mode") and ctx.rank(3) not in (None, 1):
+        ctx.fail(f"training_mode=1 takes per-channel statistics (rank 1), got rank {ctx.rank(3)}")
     if x is not None and len(x) < 2:
         ctx.fail(f"X must have rank >= 2 (N, C, ...), got rank {len(x)}")
     return [x, ctx.shape(3), ctx.shape(4)]
 
 
-def batchnorm_semantics(attrs: Mapping[str, Any], shapes: Sequence[Sequence[Dim] | None]) -> str:
+def batchnorm_semantics(attrs: Mapping[str, Any], shapes: Sequence[Sequence[Dim] | None]) -> str | None:
     """Per channel (or per activation when the statistics have rank > 1, the ``spatial=0``
-    form of opsets below 9)."""
+    form of opsets below 9); None in training mode (the reference runs it)."""
+    if attrs.get("training_mode"):
+        return None
     per = "c" if len(shapes[1]) == 1 else "c, ..."
     return (f"Y[n, c, ...] = (X[n, c, ...] - input_mean[{per}]) / "
             f"sqrt(input_var[{per}] + epsilon) * scale[{per}] + B[{per}]")
 
 
-def _batchnorm_adapt(opset: int, attrs: dict[str, Any], n_inputs: int,
+def batchnorm_training_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any],
+                                 ) -> list[np.ndarray]:
+    """Training mode (ONNX opset 14+): the batch mean and (population) variance per channel,
+    over every axis but 1, normalize X; the running statistics become
+    ``input_mean * momentum + mean * (1 - momentum)`` (and likewise the variance). Sums are
+    taken in float64.
+
+    Example:
+        >>> x = np.array([[1.0], [3.0]], np.float32)
+        >>> one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+        >>> y, mean, var = batchnorm_training_reference(
+        ...     [x, one, zero, zero, one], {"epsilon": 0.0, "momentum": 0.5})
+        >>> y.ravel().tolist(), mean.tolist(), var.tolist()
+        ([-1.0, 1.0], [1.0], [1.0])
+    """
+    x, scale, bias, mean, var = (np.asarray(a) for a in inputs[:5])
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    per_channel = (-1, *[1] * (x.ndim - 2))
+    wide = x.astype(np.float64)
+    batch_mean, batch_var = wide.mean(axis=axes), wide.var(axis=axes)
+    y = ((wide - batch_mean.reshape(per_channel)) / np.sqrt(batch_var.reshape(per_channel) + attrs["epsilon"])
+         * scale.astype(np.float64).reshape(per_channel) + bias.astype(np.float64).reshape(per_channel))
+    momentum = attrs["momentum"]
+    running_mean = mean.astype(np.float64) * momentum + batch_mean * (1 - momentum)
+    running_var = var.astype(np.float64) * momentum + batch_var * (1 - momentum)
+    return [y.astype(x.dtype), running_mean.astype(mean.dtype), running_var.astype(var.dtype)]
+
+
+def _batchnorm_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    # Only training-mode nodes reach here: the others have an expression.
+    return batchnorm_training_reference(inputs, attrs)
+
+
+def _batchnorm_adapt(opset: int, attrs: dict[str, Any], n_inputs: int, n_outputs: int = 1,
                      ) -> tuple[dict[str, Any], dict[int, Any]]:
     """Drop the attributes of old opsets: ``consumed_inputs`` (1), ``is_test`` (< 7) and
-    ``spatial`` (< 9; honoured through the statistics' rank)."""
+    ``spatial`` (< 9; honoured through the statistics' rank). Their training forms (``is_test=0``
+    below opset 7, more than one output below 14) are refused."""
     attrs = dict(attrs)
     attrs.pop("consumed_inputs", None)
-    if attrs.pop("is_test", 1) == 0 and opset < 7:
-        attrs["training_mode"] = 1
+    if opset < 14 and (attrs.pop("is_test", 1) == 0 or n_outputs > 1):
+        raise UnsupportedOpError(
+            f"BatchNormalization in training mode at opset {opset} (five outputs, with the saved "
+            "statistics) is not supported; re-export the model with opset 14 or later "
+            "(training_mode=1, three outputs), or in eval mode (model.eval() in PyTorch)")
     attrs.pop("spatial", None)
     return attrs, {}
 
@@ -98,11 +142,13 @@ BatchNormalization = metaop(
     outputs=("Y", "running_mean?: T2", "running_var?: T2"),
     attrs={"epsilon": float_(1e-5), "momentum": float_(0.9), "training_mode": int_(0)},
     types="T in {float}; T1 in {float}; T2 in {float}",
-    rule=_batchnorm_infer, semantics=batchnorm_semantics, adapt=_batchnorm_adapt,
+    rule=_batchnorm_infer, semantics=batchnorm_semantics, reference=_batchnorm_reference,
+    adapt=_batchnorm_adapt,
     since=(1, 6, 7, 9, 14, 15),
     # In inference BN is a per-channel affine map of given statistics: no reduction in it.
     role=Role.BROADCAST, parallel=("n",),
-    doc="Inference-mode batch normalization with given statistics.",
+    doc="Batch normalization: with given statistics, or (training_mode=1) the batch's, updating "
+        "the running ones.",
 )
 
 
@@ -306,6 +352,6 @@ LpNormalization = metaop(
     semantics=lpnorm_semantics, since=(1, 22), **_NORM_HINTS,
 )
 
-__all__ = ["STASH_TYPES", "batchnorm_semantics", "groupnorm_semantics",
+__all__ = ["STASH_TYPES", "batchnorm_semantics", "batchnorm_training_reference", "groupnorm_semantics",
            "instancenorm_semantics", "layernorm_semantics", "lpnorm_semantics",
            "lrn_semantics", "mvn_semantics"]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from metadef.core.dtypes import from_onnx
-from metadef.core.errors import BackendError
+from metadef.core.errors import BackendError, DTypeError
 from metadef.ops.defs.elementwise import unary
 from metadef.ops.defs.nn_norm import STASH_TYPES
 from metadef.ops.defs.shape_values import Shapes, normalize_axis
@@ -459,6 +459,8 @@ TensorScatter = metaop(
 
 def _bitcast_rule(ctx: InferContext) -> list[Any]:
     to = from_onnx(ctx.attrs["to"])  # a DTypeError names an unknown or unsupported code
+    if to.is_string:
+        raise DTypeError(f"{ctx.describe()}: BitCast reinterprets numbers' bytes; to=string has none")
     source = ctx.dtype(0)
     if source.bits != to.bits or source.bits % 8:
         ctx.fail(f"BitCast needs whole-byte element types of the same width, got "

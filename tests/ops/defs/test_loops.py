@@ -157,7 +157,6 @@ def test_loop_without_trip_count_or_cond_is_rejected():
 UNSUPPORTED = {
     "test_loop13_seq": "sequence values (SequenceInsert)",
     "test_loop16_seq_none": "optional and sequence values",
-    "test_scan_sum": "Scan before opset 9 (batched, sequence_lens)",
 }
 
 
