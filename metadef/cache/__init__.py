@@ -132,14 +132,16 @@ class DiskKernelStore:
         if self.claims is not None:
             self.claims.drop(key.digest)
 
-    def claim(self, structure: str, name: str) -> KernelCode | None:
+    def claim(self, structure: str, name: str, wait: bool = True) -> KernelCode | None:
         """After a miss: None when this process compiles the kernel (a claim is taken while
-        processes share the compile), or the code another process compiled meanwhile."""
+        processes share the compile), or the code another process compiled meanwhile
+        (``wait=False``: CompiledElsewhere instead of waiting for it)."""
         if self.claims is None:
             return None
         key = kernel_key(structure)
         path = self.store.path(key)
-        return self.claims.acquire(key.digest, name, lambda: self.load(structure, name) if path.exists() else None)
+        return self.claims.acquire(key.digest, name, lambda: self.load(structure, name) if path.exists() else None,
+                                   wait=wait)
 
     def release(self, structure: str) -> None:
         """Give back this process's claim on a kernel it failed to compile."""

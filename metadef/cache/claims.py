@@ -100,10 +100,10 @@ class Claims:
             if int(path.read_text() or 0) == os.getpid():
                 path.unlink()
 
-    def acquire(self, digest: str, name: str, stored: Callable[[], T | None]) -> T | None:
+    def acquire(self, digest: str, name: str, stored: Callable[[], T | None], wait: bool = True) -> T | None:
         """``stored()`` once it holds what another process compiled, or None with the claim
-        taken by this process (which then compiles). A helper raises :class:`CompiledElsewhere`
-        instead of waiting."""
+        taken by this process (which then compiles). A helper, or a call with ``wait=False``,
+        raises :class:`CompiledElsewhere` instead of waiting."""
         start = time.monotonic()
         try:
             while True:
@@ -112,7 +112,7 @@ class Claims:
                     if got is not None:
                         self.drop(digest)
                     return got
-                if self.skip:
+                if self.skip or not wait:
                     raise CompiledElsewhere(name)
                 time.sleep(POLL_S)
                 got = stored()

@@ -89,10 +89,11 @@ class CompiledElsewhere(Exception):
     one should go on with other work (a helper process of a parallel compile)."""
 
 
-def load_or_claim(store: KernelStore | None, structure: str, name: str) -> KernelCode | None:
+def load_or_claim(store: KernelStore | None, structure: str, name: str, wait: bool = True) -> KernelCode | None:
     """The stored code for ``structure``, else None with the kernel claimed for this process
     (when the store coordinates several processes): the caller compiles it and calls
-    ``store.save``, or :func:`release` when the compile fails.
+    ``store.save``, or :func:`release` when the compile fails. ``wait=False``: raise
+    :class:`CompiledElsewhere` rather than wait for another process's compile.
 
     Example:
         >>> load_or_claim(None, "structure", "name") is None
@@ -102,7 +103,7 @@ def load_or_claim(store: KernelStore | None, structure: str, name: str) -> Kerne
         return None
     code = store.load(structure, name)
     claim = getattr(store, "claim", None)
-    return code if code is not None or claim is None else claim(structure, name)
+    return code if code is not None or claim is None else claim(structure, name, wait)
 
 
 def release(store: KernelStore | None, structure: str) -> None:

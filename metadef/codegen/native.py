@@ -229,10 +229,12 @@ def native_module(name: str) -> str:
 _ADDRESSES: dict[str, int] = {}
 
 
-def native_function(name: str) -> int:
+def native_function(name: str, wait: bool = True) -> int:
     """The address of native routine ``name``: compiled on first use in this process, or
     linked from the kernel store in effect (:func:`metadef.codegen.kernel.kernel_store`, the
-    on-disk compile cache), where a compile also leaves its object code.
+    on-disk compile cache), where a compile also leaves its object code. ``wait=False``:
+    raise :class:`~metadef.codegen.kernel.CompiledElsewhere` when another process sharing the
+    compile is building it, rather than wait.
 
     Example:
         >>> native_function("md_copy") != 0
@@ -246,17 +248,17 @@ def native_function(name: str) -> int:
         raise BackendError(f"no native routine {name!r}; there are {', '.join(ROUTINES)}")
     with _LOCK:
         if name not in _ADDRESSES:
-            _ADDRESSES.update(_build(routine))
+            _ADDRESSES.update(_build(routine, wait))
     return _ADDRESSES[name]
 
 
-def _build(name: str) -> dict[str, int]:
+def _build(name: str, wait: bool = True) -> dict[str, int]:
     symbols = list(MODULE_SYMBOLS.get(name, (name,)))
     # the cache key's environment holds a digest of codegen's source, this file included: the
     # routine's name is enough here, and a hit needs no IR at all
     structure = f"md_native runtime {name}"
     store = current_store()
-    code = load_or_claim(store, structure, name)
+    code = load_or_claim(store, structure, name, wait)
     if code is not None:
         try:
             return load_object(code.object_code, symbols)

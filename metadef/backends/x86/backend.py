@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -56,7 +57,7 @@ from metadef.backends.x86.parallel import helpers
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
-from metadef.codegen.kernel import KernelCode, KernelStore, record_kernels, replay_kernels
+from metadef.codegen.kernel import CompiledElsewhere, KernelCode, KernelStore, record_kernels, replay_kernels
 from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
@@ -115,9 +116,10 @@ class X86Executable:
                 with record_kernels() as structures:
                     choice = choose(n)
                 choices.append((choice, tuple(kernel_id(k) for k in structures)))
-            if CODEGEN_READY:  # in node order, like compile helpers (.parallel) do
-                for routine in needs(choices[-1][0].native):
-                    native_function(routine)
+            if CODEGEN_READY:  # in node order, like compile helpers (.parallel); one that a
+                for routine in needs(choices[-1][0].native):  # helper compiles: linked at the end
+                    with contextlib.suppress(CompiledElsewhere):
+                        native_function(routine, wait=False)
             if progress is not None:
                 progress(i + 1, len(graph.nodes), n.name)
         self._assemble(graph, threads, choices)

@@ -126,3 +126,22 @@ def test_helpers_start_at_different_nodes() -> None:
     orders = [helper_order(nodes, r, 3) for r in range(3)]
     assert [o[0] for o in orders] == [0, 3, 6]
     assert all(sorted(o) == nodes for o in orders)
+
+
+def test_a_routine_another_process_compiles_is_left_for_later_when_not_waiting(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import metadef.codegen.native as native
+    from metadef.cache import DiskKernelStore, Store, kernel_key
+    from metadef.codegen.kernel import CompiledElsewhere, kernel_store
+
+    monkeypatch.setattr(native, "_ADDRESSES", {})  # as in a process that has linked nothing yet
+    store = DiskKernelStore(Store(tmp_path))
+    claims = store.share_compile(helper=False)
+    digest = kernel_key("md_native runtime md_copy").digest
+    (claims.root / digest).parent.mkdir(parents=True, exist_ok=True)
+    (claims.root / digest).write_text(str(os.getppid()))  # a live process compiles it
+    with kernel_store(store):
+        with pytest.raises(CompiledElsewhere, match="md_copy"):
+            native.native_function("md_copy", wait=False)
+        (claims.root / digest).unlink()  # it gave up: this process compiles it
+        assert native.native_function("md_copy", wait=False) != 0
