@@ -7,8 +7,9 @@
 with taps outside the image reading zeros. Each plane is copied into a zero-padded plane on
 the stack (tens of KiB: it stays in L1 or L2, unlike a padded copy of the whole tensor), then
 each output row is computed from three padded lines with the nine taps unrolled and one
-store, 8 outputs at a time in vectors for strides 1 and 2 (see :func:`stack_floats` for the
-size; the lowering keeps it small). Task
+store, 8 outputs at a time in vectors for strides 1 and 2, the row's last few outputs in one
+more vector step stored through a mask (a 7x7 plane: 7 vector steps, not 49 scalar outputs;
+see :func:`stack_floats` for the size; the lowering keeps it small). Task
 ``task`` of ``tasks`` takes its share of the planes.
 
 Example:
@@ -41,6 +42,7 @@ from metadef.codegen.native_ir import (
     _define,
     _elem,
     _float_bits,
+    _if,
     _internal,
     _loop,
     _smax,
@@ -73,6 +75,13 @@ def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int],
 
 
 EVEN = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 9, 11, 13, 15])
+LANES = ir.Constant(ir.VectorType(I64, 8), list(range(8)))
+
+
+def _splat_i64(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    v = b.insert_element(ir.Constant(ir.VectorType(I64, 8), ir.Undefined), value, I32(0))
+    return b.shuffle_vector(v, ir.Constant(ir.VectorType(I64, 8), ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
 
@@ -108,7 +117,7 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
     low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
     blocks = b.sdiv(b.sub(last, first), I64(8))
 
-    def eight(k: ir.Value) -> None:
+    def eight(k: ir.Value, count: ir.Value | None = None) -> None:
         o = b.add(first, b.mul(k, I64(8)))
         base = b.mul(o, step)
         acc = start
@@ -122,10 +131,21 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
                     lanes = [b.load(at, typ=V8, align=4), b.load(_elem(b, at, I64(7)), typ=V8, align=4)]
                     v = b.shuffle_vector(lanes[0], lanes[1], EVEN)
                 acc = b.call(fma, [wide[3 * r + s], v, acc])
-        b.store(_bounded(b, acc, low, high), _elem(b, y, o), align=4)
+        result = _bounded(b, acc, low, high)
+        if count is None:
+            b.store(result, _elem(b, y, o), align=4)
+            return
+        lanes = b.icmp_signed("<", LANES, _splat_i64(b, count))
+        name = "llvm.masked.store.v8f32.p0"
+        store = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [V8, PTR, I32, ir.VectorType(ir.IntType(1), 8)]), name)
+        b.call(store, [result, _elem(b, y, o), I32(4), lanes])
 
     _loop(b, I64(0), blocks, eight)
-    _loop(b, b.add(first, b.mul(blocks, I64(8))), last, one)
+    # the last few outputs of the row: one more vector step, stored through a mask (its reads
+    # stay in the padded plane, whose lines and end have a vector's reach of slack)
+    tail = b.sub(b.sub(last, first), b.mul(blocks, I64(8)))
+    _if(b, b.icmp_signed(">", tail, I64(0)), lambda: eight(blocks, tail))
     b.ret_void()
     return fn
 
@@ -157,7 +177,7 @@ def _depthwise(module: ir.Module) -> None:
     # of the outputs needs (plus 8 floats: a vector's reach)
     span = b.add(_smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width)), I64(8))
     tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(3)), b.add(pt, height))
-    padded = b.alloca(F32, size=b.mul(span, tall))
+    padded = b.alloca(F32, size=b.add(b.mul(span, tall), I64(16)))
     b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),
            [padded, ir.IntType(8)(0), b.mul(b.mul(span, tall), I64(4)), ir.IntType(1)(0)])
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -193,3 +194,50 @@ def test_products_run_our_gemm(prefer: str, monkeypatch: pytest.MonkeyPatch) -> 
         assert kinds["gemm own kernel + epilogue"] == 3 and "epilogue" not in kinds, kinds
     else:
         assert not any("own kernel" in k for k in kinds), kinds
+
+
+def _guarded(shape: tuple[int, ...], at_end: bool) -> tuple[np.ndarray, Any]:
+    """A float32 array whose first (or last) byte touches an inaccessible page: a kernel that
+    reads one float before (after) it crashes the test instead of passing by luck."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    nbytes = 4 * math.prod(shape)
+    data_pages = -(-nbytes // page)
+    buf = mmap.mmap(-1, (data_pages + 2) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for guard in (base, base + (data_pages + 1) * page):
+        assert libc.mprotect(guard, page, 0) == 0  # PROT_NONE
+    start = page + (data_pages * page - nbytes if at_end else 0)
+    array = np.frombuffer(buf, np.float32, math.prod(shape), start).reshape(shape)
+
+    def release() -> None:
+        for guard in (base, base + (data_pages + 1) * page):
+            libc.mprotect(guard, page, 3)  # PROT_READ | PROT_WRITE, so that mmap can unmap it
+    return array, release
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, c, h, w = 1, int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 40))
+    strides = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+    pads = [int(v) for v in rng.integers(0, 3, 4)]
+    if h + pads[0] + pads[2] < 3 or w + pads[1] + pads[3] < 3:
+        pads = [2, 2, 2, 2]
+    wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    for at_end in (False, True):
+        x, release = _guarded((n, c, h, w), at_end)
+        try:
+            x[...] = rng.standard_normal(x.shape)
+            want = _conv_ort(np.array(x), wt, b, strides, pads)
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                                (pads[0], pads[1])))
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        finally:
+            release()
