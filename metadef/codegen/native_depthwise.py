@@ -9,7 +9,9 @@ the stack (tens of KiB: it stays in L1 or L2, unlike a padded copy of the whole 
 each output row is computed from three padded lines with the nine taps unrolled and one
 store, 8 outputs at a time in vectors for strides 1 and 2, the row's last few outputs in one
 more vector step stored through a mask (a 7x7 plane: 7 vector steps, not 49 scalar outputs;
-see :func:`stack_floats` for the size; the lowering keeps it small). Task
+see :func:`stack_floats` for the size; the lowering keeps it small). For a horizontal stride
+of 2 the padded lines are deinterleaved as they are copied (even columns, then odd), so each
+tap is one contiguous load instead of two loads and a shuffle. Task
 ``task`` of ``tasks`` takes its share of the planes.
 
 Example:
@@ -74,7 +76,6 @@ def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int],
     return tuple(values[d] for d in DEPTHWISE_DIMS)
 
 
-EVEN = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 9, 11, 13, 15])
 LANES = ir.Constant(ir.VectorType(I64, 8), list(range(8)))
 
 
@@ -89,12 +90,14 @@ def _splat_i64(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
 
 
 def _interior(module: ir.Module, stride: int | None) -> ir.Function:
-    """``row(y, x0, x1, x2, w, beta, lo, hi, first, last, sw)``: the outputs ``[first, last)``
-    of one row from its three padded input lines ``x0..x2``, the taps unrolled. Strides 1 and 2 take 8 outputs a step in
-    vectors (a stride-2 tap: every other float of 15 loaded ones), then one at a time."""
-    fn, b = _internal(module, f"md_dw_row{stride or 'n'}", [PTR, PTR, PTR, PTR, PTR, F32, F32, F32, I64, I64, I64],
-                      (0,))
-    y, *rows, w, beta, lo, hi, first, last, sw = fn.args
+    """``row(y, x0, x1, x2, w, beta, lo, hi, first, last, sw, half)``: the outputs ``[first,
+    last)`` of one row from its three padded input lines ``x0..x2``, the taps unrolled. Strides
+    1 and 2 take 8 outputs a step in vectors, the last few in one masked step; for stride 2
+    the lines are deinterleaved (even columns, then the odd ones from ``half`` on), so every
+    tap is one contiguous load. Other strides go one output at a time."""
+    fn, b = _internal(module, f"md_dw_row{stride or 'n'}",
+                      [PTR, PTR, PTR, PTR, PTR, F32, F32, F32, I64, I64, I64, I64], (0,))
+    y, *rows, w, beta, lo, hi, first, last, sw, half = fn.args
     taps = [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
     step = I64(stride) if stride else sw
 
@@ -124,12 +127,9 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
         for r in range(3):
             for s in range(3):
                 at = _elem(b, rows[r], b.add(base, I64(s)))
-                if stride == 1:
-                    v = b.load(at, typ=V8, align=4)
-                else:
-                    # the even floats of at[0..14], from two loads that end at at[14] (not past the row)
-                    lanes = [b.load(at, typ=V8, align=4), b.load(_elem(b, at, I64(7)), typ=V8, align=4)]
-                    v = b.shuffle_vector(lanes[0], lanes[1], EVEN)
+                if stride == 2:  # the line is deinterleaved: column 2o + s is E[o], O[o], E[o + 1]
+                    at = _elem(b, rows[r], b.add(o, half) if s == 1 else b.add(o, I64(s // 2)))
+                v = b.load(at, typ=V8, align=4)
                 acc = b.call(fma, [wide[3 * r + s], v, acc])
         result = _bounded(b, acc, low, high)
         if count is None:
@@ -164,6 +164,37 @@ def _by_stride(b: ir.IRBuilder, sw: ir.Value, rows: dict[int | None, ir.Function
     b.position_at_end(after)
 
 
+ODD = ir.Constant(ir.VectorType(I32, 8), [1, 3, 5, 7, 9, 11, 13, 15])
+EVENS = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 8, 10, 12, 14])
+
+
+def _deinterleave(b: ir.IRBuilder, line: ir.Value, src: ir.Value, width: ir.Value, pl: ir.Value,
+                  half: ir.Value) -> None:
+    """Input row ``src`` into padded ``line`` deinterleaved: padded column ``j = c + pl`` goes
+    to ``line[j // 2]`` when even, ``line[half + j // 2]`` when odd; 16 columns a step."""
+    odd = b.icmp_signed("!=", b.and_(pl, I64(1)), I64(0))
+
+    def sixteen(k: ir.Value) -> None:
+        c0 = b.mul(k, I64(16))
+        v = [b.load(_elem(b, src, b.add(c0, I64(i))), typ=V8, align=4) for i in (0, 8)]
+        q = b.ashr(b.add(c0, pl), I64(1))
+        # an odd pl moves the even input columns to odd padded ones
+        to_even = b.select(odd, b.add(q, half), q)
+        to_odd = b.select(odd, b.add(q, I64(1)), b.add(q, half))
+        for lanes, at in ((EVENS, to_even), (ODD, to_odd)):
+            b.store(b.shuffle_vector(v[0], v[1], lanes), b.bitcast(_elem(b, line, at), V8.as_pointer()), align=4)
+
+    blocks = b.sdiv(width, I64(16))
+    _loop(b, I64(0), blocks, sixteen)
+
+    def one(c: ir.Value) -> None:
+        j = b.add(c, pl)
+        at = b.add(b.mul(b.and_(j, I64(1)), half), b.ashr(j, I64(1)))
+        b.store(b.load(_elem(b, src, c), typ=F32), _elem(b, line, at))
+
+    _loop(b, b.mul(blocks, I64(16)), width, one)
+
+
 def _depthwise(module: ir.Module) -> None:
     rows = {s: _interior(module, s) for s in (1, 2, None)}
     b, args, dims = _define(module, "md_depthwise")
@@ -175,7 +206,9 @@ def _depthwise(module: ir.Module) -> None:
     sh, sw, pt, pl, height, width = d["sh"], d["sw"], d["pt"], d["pl"], d["h"], d["w"]
     # one padded plane on the stack, zeros around the image: as wide and tall as every read
     # of the outputs needs (plus 8 floats: a vector's reach)
-    span = b.add(_smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width)), I64(8))
+    reach = _smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width))
+    half = b.add(b.sdiv(b.add(reach, I64(1)), I64(2)), I64(8))  # (stride 2: E[0, half), O[half, span))
+    span = b.mul(half, I64(2))
     tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(3)), b.add(pt, height))
     padded = b.alloca(F32, size=b.add(b.mul(span, tall), I64(16)))
     b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),
@@ -188,14 +221,19 @@ def _depthwise(module: ir.Module) -> None:
         yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
         wc = _elem(b, w, b.mul(channel, I64(9)))
         beta = b.load(_elem(b, bias, channel), typ=F32)
-        _loop(b, I64(0), height, lambda r: b.call(memcpy, [
-            _elem(b, padded, b.add(b.mul(b.add(r, pt), span), pl)), _elem(b, xp, b.mul(r, width)),
-            b.mul(width, I64(4)), ir.IntType(1)(0)]))
+        def copy(r: ir.Value) -> None:
+            line, src = _elem(b, padded, b.mul(b.add(r, pt), span)), _elem(b, xp, b.mul(r, width))
+            _if(b, b.icmp_signed("!=", sw, I64(2)), lambda: b.call(memcpy, [
+                _elem(b, line, pl), src, b.mul(width, I64(4)), ir.IntType(1)(0)]))
+            _if(b, b.icmp_signed("==", sw, I64(2)), lambda: _deinterleave(b, line, src, width, pl, half))
+
+        _loop(b, I64(0), height, copy)
 
         def out_row(oy: ir.Value) -> None:
             top = b.mul(oy, sh)
             lines = [_elem(b, padded, b.mul(b.add(top, I64(r)), span)) for r in range(3)]
-            _by_stride(b, sw, rows, [_elem(b, yp, b.mul(oy, d["ow"])), *lines, wc, beta, lo, hi, I64(0), d["ow"], sw])
+            _by_stride(b, sw, rows, [_elem(b, yp, b.mul(oy, d["ow"])), *lines, wc, beta, lo, hi, I64(0), d["ow"], sw,
+                                     half])
 
         _loop(b, I64(0), d["oh"], out_row)
 
@@ -209,10 +247,11 @@ def stack_floats(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[in
 
     Example:
         >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1))
-        3828
+        4308
     """
-    span = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1]) + 8
-    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0])
+    reach = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1])
+    span = 2 * ((reach + 1) // 2 + 8)
+    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0]) + 16
 
 
 __all__ = ["DEPTHWISE_DIMS", "depthwise_dims", "stack_floats"]
