@@ -22,17 +22,20 @@ from metadef.ir.values import ShapeValues
 from metadef.ops import infer_types
 from metadef.ops.interface import resolve_attrs
 from metadef.shape import ShapeEnv, TensorType
+from metadef.shape.expr import free_symbols
 
 
 def _agrees(recorded: TensorType, inferred: TensorType, fresh: set[str]) -> bool:
     """Whether re-inference gives the recorded type, up to the symbols it made afresh (a size
-    that depends on values, such as NonZero's count: each stands for what the record holds)."""
+    that depends on values, such as NonZero's count, or STFT's frames: a dim made of one stands
+    for what the record holds)."""
     if str(recorded) == str(inferred):
         return True
     if recorded.dtype is not inferred.dtype or recorded.shape is None or inferred.shape is None \
             or len(recorded.shape) != len(inferred.shape):
         return False
-    return all(str(a) == str(b) or str(b) in fresh for a, b in zip(recorded.shape, inferred.shape))
+    return all(str(a) == str(b) or not fresh.isdisjoint(free_symbols(b))
+               for a, b in zip(recorded.shape, inferred.shape))
 
 
 def problems(graph: Graph, *, types: bool = False) -> list[str]:
