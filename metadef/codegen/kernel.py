@@ -99,17 +99,14 @@ def load_or_claim(store: KernelStore | None, structure: str, name: str, wait: bo
         >>> load_or_claim(None, "structure", "name") is None
         True
     """
-    if store is None:
-        return None
-    code = store.load(structure, name)
+    code = None if store is None else store.load(structure, name)
     claim = getattr(store, "claim", None)
     return code if code is not None or claim is None else claim(structure, name, wait)
 
 
 def release(store: KernelStore | None, structure: str) -> None:
     """Give back the claim :func:`load_or_claim` took, when no code was saved."""
-    give_back = getattr(store, "release", None)
-    if give_back is not None:
+    if (give_back := getattr(store, "release", None)) is not None:
         give_back(structure)
 
 
@@ -430,6 +427,7 @@ def _structure_key(body: Any) -> str:
 
 
 _LINKED: dict[str, int] = {}  # symbol -> address of every object linked into the JIT
+_REPLAYED: dict[str, Kernel] = {}  # symbol -> the kernel a replayed plan made of it
 _REPLAY: ContextVar[list[KernelCode] | None] = ContextVar("metadef_kernel_replay", default=None)
 _RECORD: ContextVar[list[str] | None] = ContextVar("metadef_kernel_record", default=None)
 
@@ -488,6 +486,8 @@ def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = 
             v.type is None or v.type.dtype.numpy != dtype or len(v.type.shape or ()) != len(shape)
             for v, (dtype, shape) in zip(body.outputs, code.outputs))):
         raise BackendError(f"kernel {name}: the code {code.symbol} does not fit the body's outputs")
+    if check and code.symbol in _REPLAYED:  # made for another node of a replayed plan: its
+        return _REPLAYED[code.symbol]  # names are the code's, as with a compile's cache hit
     specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
     outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
     return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol,
@@ -499,7 +499,7 @@ def _compile(body: Any, name: str) -> Kernel:
     if replay:
         code = replay.pop(0)
         with _LOCK:
-            return _kernel(body, name, code, _link(code), check=True)
+            return _REPLAYED.setdefault(code.symbol, _kernel(body, name, code, _link(code), check=True))
     key = _structure_key(body)
     kernel = _compile_keyed(body, name, key)
     record = _RECORD.get()

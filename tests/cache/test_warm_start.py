@@ -129,3 +129,25 @@ def test_a_plan_that_does_not_fit_falls_back_and_says_why(cache_dir: Path, damag
         np.testing.assert_allclose(_run(g), np.exp(X * 2) + BIAS, rtol=1e-5)
     assert any("does not fit" in r.getMessage() for r in caplog.records)
     assert Store().get(key).manifest["plan"][0]["strategy"] == "generated_group"  # written again
+
+
+def test_a_plan_whose_nodes_share_a_kernel_under_other_symbols_replays(caplog: pytest.LogCaptureFixture) -> None:
+    # three Adds of one structure, each over its own symbols: one kernel, made for the first
+    from metadef.ir import parse_graph
+
+    g = parse_graph("""graph g(%a: f32[p], %b: f32[q], %c: f32[r], %d: f32[s]) -> (%x, %y, %z) {
+      %x: f32[max(p, q)] = Add(%a, %b) @add0
+      %y: f32[max(q, r)] = Add(%b, %c) @add1
+      %z: f32[max(r, s)] = Add(%c, %d) @add2
+      return %x, %y, %z }""")
+    feeds = {k: np.arange(4, dtype=np.float32) + i for i, k in enumerate("abcd")}
+    first = md.compile(g, target="x86")
+    assert len({p.kernels for p in first.executable.plan}) == 1
+    forget_in_memory()
+    before = generated_count()
+    with caplog.at_level(logging.WARNING, "metadef.cache"):
+        again = md.compile(g, target="x86")
+    assert not [r for r in caplog.records if "does not fit" in r.getMessage()]
+    assert generated_count() == before  # rebuilt from the plan: no LLVM
+    for name, want in first.run(feeds).items():
+        np.testing.assert_array_equal(again.run(feeds)[name], want)
