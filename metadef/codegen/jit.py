@@ -180,16 +180,17 @@ def object_code(name: str) -> bytes | None:
 
 
 @cache
-def source_digest() -> str:
-    """A digest of this package's source files: any change to code generation (a new lowering,
-    a fixed cast) changes every cache key, even when metadef's version number does not.
+def source_digest(folder: Path | None = None) -> str:
+    """A digest of the source files of ``folder`` (default: this package): any change to code
+    generation (a new lowering, a fixed cast) changes every cache key, even when metadef's
+    version number does not.
 
     Example:
         >>> len(source_digest())
         16
     """
     digest = hashlib.sha1()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in sorted((folder or Path(__file__).parent).glob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import threading
 from collections import Counter
@@ -57,6 +56,7 @@ from metadef.backends.x86.parallel import helpers
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
+from metadef.codegen.jit import source_digest
 from metadef.codegen.kernel import CompiledElsewhere, KernelCode, KernelStore, record_kernels, replay_kernels
 from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
@@ -352,11 +352,7 @@ def backend_source() -> str:
         >>> len(backend_source())
         16
     """
-    digest = hashlib.sha1()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest(Path(__file__).parent)
 
 
 class X86Backend:
