@@ -155,8 +155,14 @@ class DiskKernelStore:
         self.claims = Claims(self.store.root / "claims", skip=helper)
         return self.claims
 
-    def seen(self, structure: str, name: str) -> None:
-        self.used[name] = kernel_key(structure).digest
+    def seen(self, structure: str, name: str, code: KernelCode) -> None:
+        """A kernel this process compiled before: stored here too when this store lacks it
+        (it was compiled under another cache directory, or without a cache), so that the
+        model entry never names a kernel the store does not hold."""
+        key = kernel_key(structure)
+        self.used[name] = key.digest
+        if not self.store.path(key).exists():
+            self.save(structure, name, code)
 
 
 def _plan(executable: Any) -> list[Any]:

@@ -49,7 +49,7 @@ from metadef.shape import Dim, evaluate, free_symbols, substitute, sym
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
 _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
 _EMPTY_ADDRESS = _EMPTY.ctypes.data
-_CACHE: dict[str, Kernel] = {}
+_CACHE: dict[str, tuple[Kernel, KernelCode]] = {}
 _PLANS: dict[tuple[Any, ...], tuple[list, list]] = {}
 _LOCK = threading.Lock()
 
@@ -77,8 +77,8 @@ class KernelStore(Protocol):
 
     def save(self, structure: str, name: str, code: KernelCode) -> None: ...
 
-    def seen(self, structure: str, name: str) -> None:
-        """The kernel was found in this process's own cache."""
+    def seen(self, structure: str, name: str, code: KernelCode) -> None:
+        """The kernel (``code``) was found in this process's own cache."""
 
     # Optional, for processes sharing one compile (see load_or_claim): claim(structure, name)
     # after a missed load, and release(structure) when the compile failed.
@@ -513,9 +513,9 @@ def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
-            if store is not None:
-                store.seen(key, name)
-            return hit
+            if store is not None:  # (compiled for another store, or none: the store gets it too)
+                store.seen(key, name, hit[1])
+            return hit[0]
         code = load_or_claim(store, key, name)
         if code is not None:
             address = _link(code)
@@ -529,7 +529,7 @@ def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
             if store is not None:
                 store.save(key, name, code)
         kernel = _kernel(body, name, code, address)
-        _CACHE[key] = kernel
+        _CACHE[key] = (kernel, code)
         return kernel
 
 

@@ -151,3 +151,16 @@ def test_a_plan_whose_nodes_share_a_kernel_under_other_symbols_replays(caplog: p
     assert generated_count() == before  # rebuilt from the plan: no LLVM
     for name, want in first.run(feeds).items():
         np.testing.assert_array_equal(again.run(feeds)[name], want)
+
+
+def test_kernels_compiled_without_the_cache_reach_it_when_a_cached_compile_uses_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    g = _graph(3.0, BIAS)
+    md.compile(g, target="x86", cache=False)  # its kernels live in this process only
+    md.compile(g, target="x86")  # hits them in memory: the store must get them too
+    forget_in_memory()
+    before = generated_count()
+    with caplog.at_level(logging.WARNING, "metadef.cache"):
+        md.compile(g, target="x86")
+    assert not [r for r in caplog.records if "does not fit" in r.getMessage()]
+    assert generated_count() == before
