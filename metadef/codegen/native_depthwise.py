@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from llvmlite import ir
 
@@ -90,62 +92,73 @@ def _splat_i64(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
 
 
 def _interior(module: ir.Module, stride: int | None) -> ir.Function:
-    """``row(y, x0, x1, x2, w, beta, lo, hi, first, last, sw, half)``: the outputs ``[first,
-    last)`` of one row from its three padded input lines ``x0..x2``, the taps unrolled. Strides
-    1 and 2 take 8 outputs a step in vectors, the last few in one masked step; for stride 2
-    the lines are deinterleaved (even columns, then the odd ones from ``half`` on), so every
-    tap is one contiguous load. Other strides go one output at a time."""
-    fn, b = _internal(module, f"md_dw_row{stride or 'n'}",
-                      [PTR, PTR, PTR, PTR, PTR, F32, F32, F32, I64, I64, I64, I64], (0,))
-    y, *rows, w, beta, lo, hi, first, last, sw, half = fn.args
+    """``plane(y, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half)``: every output row of one
+    plane from the padded plane (lines ``span`` floats apart), the taps loaded once and
+    unrolled. Strides 1 and 2 take 8 outputs a step in vectors, a row's last few in one masked
+    step; for stride 2 the lines are deinterleaved (even columns, then the odd ones from
+    ``half`` on), so every tap is one contiguous load. Other strides go one output at a time."""
+    fn, b = _internal(module, f"md_dw_plane{stride or 'n'}",
+                      [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
+    y_plane, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half = fn.args
     taps = [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
     step = I64(stride) if stride else sw
+    row: dict[str, Any] = {}  # the output row being built: its output and three input lines
 
     def one(o: ir.Value) -> None:
         base = b.mul(o, step)
         acc = beta
         for r in range(3):
             for s in range(3):
-                v = b.load(_elem(b, rows[r], b.add(base, I64(s))), typ=F32)
+                v = b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32)
                 acc = b.fadd(acc, b.fmul(taps[3 * r + s], v, flags=["contract"]), flags=["contract"])
-        b.store(_bounded(b, acc, lo, hi), _elem(b, y, o))
+        b.store(_bounded(b, acc, lo, hi), _elem(b, row["y"], o))
+
+    def for_each_row(body: Callable[[], None]) -> None:
+        def at(oy: ir.Value) -> None:
+            row["y"] = _elem(b, y_plane, b.mul(oy, ow))
+            row["lines"] = [_elem(b, padded, b.mul(b.add(b.mul(oy, sh), I64(r)), span)) for r in range(3)]
+            body()
+        _loop(b, I64(0), oh, at)
 
     if stride is None:
-        _loop(b, first, last, one)
+        for_each_row(lambda: _loop(b, I64(0), ow, one))
         b.ret_void()
         return fn
     fma = ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]), "llvm.fma.v8f32") \
         if "llvm.fma.v8f32" not in module.globals else module.globals["llvm.fma.v8f32"]
     wide = [_splat(b, t) for t in taps]
     low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
-    blocks = b.sdiv(b.sub(last, first), I64(8))
+    blocks = b.sdiv(ow, I64(8))
+    tail = b.sub(ow, b.mul(blocks, I64(8)))
+    lanes = b.icmp_signed("<", LANES, _splat_i64(b, tail))
 
-    def eight(k: ir.Value, count: ir.Value | None = None) -> None:
-        o = b.add(first, b.mul(k, I64(8)))
+    def eight(k: ir.Value, masked: bool = False) -> None:
+        o = b.mul(k, I64(8))
         base = b.mul(o, step)
         acc = start
         for r in range(3):
             for s in range(3):
-                at = _elem(b, rows[r], b.add(base, I64(s)))
+                at = _elem(b, row["lines"][r], b.add(base, I64(s)))
                 if stride == 2:  # the line is deinterleaved: column 2o + s is E[o], O[o], E[o + 1]
-                    at = _elem(b, rows[r], b.add(o, half) if s == 1 else b.add(o, I64(s // 2)))
+                    at = _elem(b, row["lines"][r], b.add(o, half) if s == 1 else b.add(o, I64(s // 2)))
                 v = b.load(at, typ=V8, align=4)
                 acc = b.call(fma, [wide[3 * r + s], v, acc])
         result = _bounded(b, acc, low, high)
-        if count is None:
-            b.store(result, _elem(b, y, o), align=4)
+        if not masked:
+            b.store(result, _elem(b, row["y"], o), align=4)
             return
-        lanes = b.icmp_signed("<", LANES, _splat_i64(b, count))
         name = "llvm.masked.store.v8f32.p0"
         store = module.globals.get(name) or ir.Function(
             module, ir.FunctionType(ir.VoidType(), [V8, PTR, I32, ir.VectorType(ir.IntType(1), 8)]), name)
-        b.call(store, [result, _elem(b, y, o), I32(4), lanes])
+        b.call(store, [result, _elem(b, row["y"], o), I32(4), lanes])
 
-    _loop(b, I64(0), blocks, eight)
-    # the last few outputs of the row: one more vector step, stored through a mask (its reads
-    # stay in the padded plane, whose lines and end have a vector's reach of slack)
-    tail = b.sub(b.sub(last, first), b.mul(blocks, I64(8)))
-    _if(b, b.icmp_signed(">", tail, I64(0)), lambda: eight(blocks, tail))
+    def full_row() -> None:
+        _loop(b, I64(0), blocks, eight)
+        # the last few outputs: one more vector step, stored through a mask (its reads stay in
+        # the padded plane, whose lines and end have a vector's reach of slack)
+        _if(b, b.icmp_signed(">", tail, I64(0)), lambda: eight(blocks, True))
+
+    for_each_row(full_row)
     b.ret_void()
     return fn
 
@@ -241,13 +254,7 @@ def _depthwise(module: ir.Module) -> None:
 
         _loop(b, I64(0), height, copy)
 
-        def out_row(oy: ir.Value) -> None:
-            top = b.mul(oy, sh)
-            lines = [_elem(b, padded, b.mul(b.add(top, I64(r)), span)) for r in range(3)]
-            _by_stride(b, sw, rows, [_elem(b, yp, b.mul(oy, d["ow"])), *lines, wc, beta, lo, hi, I64(0), d["ow"], sw,
-                                     half])
-
-        _loop(b, I64(0), d["oh"], out_row)
+        _by_stride(b, sw, rows, [yp, padded, span, wc, beta, lo, hi, d["oh"], d["ow"], sh, sw, half])
 
     _loop(b, first_plane, last_plane, plane)
     b.ret_void()
