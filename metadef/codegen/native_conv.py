@@ -307,7 +307,7 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
     _loop(b, first, last, out_channel)
 
 
-def _winograd_phases(module: ir.Module) -> None:
+def _winograd_phases(module: ir.Module, phases: tuple[str, ...] = ("in", "out")) -> None:
     """A 3x3 stride-1 conv as Winograd F(2x2, 3x3), in the phases a program runs per image:
     the input is zero-padded to whole tiles and each 4x4 tile becomes ``V = Bᵀ d B`` (16 values,
     laid out ``[16, C, tiles]``); 16 products ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``, a
@@ -318,10 +318,11 @@ def _winograd_phases(module: ir.Module) -> None:
 
     ``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
     share of one image's channels into V) and ``md_winograd_out`` (args ``[work, y, bias]``: its
-    share of the output channels from M), in one module; dims :data:`WINOGRAD_TASK_DIMS`, ``n``
-    is 1."""
+    share of the output channels from M), each in its own module (``phases``: which to build
+    here; the output transform compiles without LLVM's vectorizers at the same speed); dims
+    :data:`WINOGRAD_TASK_DIMS`, ``n`` is 1."""
     row_in, row_out = _winograd_rows(module)
-    for phase in ("in", "out"):
+    for phase in phases:
         b, args, dims = _define(module, f"md_winograd_{phase}")
         d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_TASK_DIMS)}
         if phase == "in":
