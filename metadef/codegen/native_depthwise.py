@@ -81,12 +81,6 @@ def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int],
 LANES = ir.Constant(ir.VectorType(I64, 8), list(range(8)))
 
 
-def _splat_i64(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    v = b.insert_element(ir.Constant(ir.VectorType(I64, 8), ir.Undefined), value, I32(0))
-    return b.shuffle_vector(v, ir.Constant(ir.VectorType(I64, 8), ir.Undefined),
-                            ir.Constant(ir.VectorType(I32, 8), [0] * 8))
-
-
 
 
 
@@ -130,7 +124,7 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
     low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
     blocks = b.sdiv(ow, I64(8))
     tail = b.sub(ow, b.mul(blocks, I64(8)))
-    lanes = b.icmp_signed("<", LANES, _splat_i64(b, tail))
+    lanes = b.icmp_signed("<", LANES, _splat(b, tail))
 
     def eight(k: ir.Value, masked: bool = False) -> None:
         o = b.mul(k, I64(8))

@@ -75,9 +75,10 @@ def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 
 def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    """``value`` in all 8 lanes of a vector."""
-    v = b.insert_element(ir.Constant(V8, ir.Undefined), value, I32(0))
-    return b.shuffle_vector(v, ir.Constant(V8, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+    """``value`` in all 8 lanes of a vector of its type."""
+    vector = ir.VectorType(value.type, 8)
+    v = b.insert_element(ir.Constant(vector, ir.Undefined), value, I32(0))
+    return b.shuffle_vector(v, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
 
 
 def _bounded(b: ir.IRBuilder, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
