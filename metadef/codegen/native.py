@@ -15,7 +15,9 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_winograd_in`` / ``md_winograd_out``: the transforms of a 3x3 stride-1 conv as Winograd
   F(2x2, 3x3), around a batched sgemm of 16 products.
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
-  activation applied before the store (:mod:`.native_gemm`).
+  activation applied before the store (:mod:`.native_gemm`); ``md_conv1x1t`` the same with
+  the pixels as the tile's rows (small images: a 7x7 plane is 49 rows, not four 16-pixel blocks).
+- ``md_transpose``: each image's ``[rows, cols]`` matrix transposed, 8 x 8 blocks in registers.
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
@@ -61,7 +63,7 @@ from metadef.codegen.native_conv import (
     winograd_workspace,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
-from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _gemm
+from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
 from metadef.codegen.native_ir import (
     _SGEMM,
     _SGEMV,
@@ -195,15 +197,18 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_winograd_out": lambda module: _winograd_phases(module, ("out",)),
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
+    "md_conv1x1t": _conv1x1t,
+    "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_depthwise": _depthwise,
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_gemm", "md_depthwise"})
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthwise"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
-VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out"})
+VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_transpose", "md_pad2d", "md_run_program", "md_run_tasks",
+                                "md_winograd_out"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).

@@ -46,17 +46,30 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import depthwise_dims, stack_floats
-from metadef.codegen.native_gemm import NR, conv1x1_dims, pack_conv1x1_weights
+from metadef.codegen.native_gemm import (
+    MR,
+    NR,
+    conv1x1_dims,
+    conv1x1t_dims,
+    pack_conv1x1_weights,
+    pack_gemm_weights,
+    transpose_dims,
+)
 from metadef.ir import Node, Value
 
 OWN = "own micro-kernel, epilogue fused"
+OWN_C = "own micro-kernel, channels outer"
+OWN_T = "own micro-kernel, pixels as rows"
+PRODUCT_ROUTINES = ("md_conv1x1", "md_conv1x1t", "md_transpose", "md_sgemm", "md_copy")
+"""The routines a :class:`WeightProduct` may call (or time)."""
 MIN_PIXELS = 64
-"""Below this many pixels an image's row of 16-pixel blocks wastes too much on its overlapped
-last block (7x7: 64 computed for 49), and OpenBLAS wins at every shape measured: no measuring."""
+"""Below this many pixels ``md_conv1x1``'s row of 16-pixel blocks wastes too much on its
+overlapped last block (7x7: 64 computed for 49): it is not measured there (``md_conv1x1t``,
+with the pixels as rows, is)."""
 
 PREFER: str | None = None
-"""Set to ``OWN`` or ``BLAS`` to take that path for every pointwise conv without measuring
-(tests; benchmarks that compare the two)."""
+"""Set to ``OWN``, ``OWN_T`` or ``BLAS`` to take that path for every product with conv weights
+without measuring (tests; benchmarks that compare them)."""
 
 DEPTHWISE = True
 STACK_FLOATS = 1 << 16
@@ -119,81 +132,156 @@ def pointwise(attrs: Mapping[str, Any], weight: np.ndarray | None, dtype: np.dty
             and str(attrs.get("auto_pad") or "NOTSET") in ("NOTSET", "VALID"))
 
 
-def conv1x1_step(weight: np.ndarray, packed: list[np.ndarray], x: Arg, bias: Arg, residual: Arg | None,
-                 out: Arg, sx: Shape, bounds: tuple[float, float]) -> NativeStep | None:
-    """The one-call step of a pointwise conv of input shape ``sx`` (None: too few pixels, or
-    OpenBLAS measures faster here); ``packed`` holds the packed weights once made."""
+class WeightProduct:
+    """``y[i] = clip(W x[i] + bias (+ res[i]), lo, hi)`` for a constant ``W [cout, depth]`` and
+    each image's ``x[i] [depth, p]`` (a pointwise conv's input, or an im2col of one image),
+    through our kernels where they measure faster than OpenBLAS on one image of the shape:
+    ``md_conv1x1`` (pixels as the tile's columns; ``OWN``: pixel blocks outer; ``OWN_C``: a
+    weight panel stays while the pixels pass, which streams a residual row by row), or
+    ``md_transpose`` into a workspace then ``md_conv1x1t`` (pixels as the tile's rows, ``OWN_T``: no pixel computed
+    twice, the input read along its channels). The weights are packed for the winner only,
+    once (the measurement runs on arrays of ones in the packed shapes)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, bias_arg: Arg, residual: bool,
+                 bounds: tuple[float, float]) -> None:
+        self.weight = np.asarray(weight, np.float32).reshape(weight.shape[0], -1)
+        self.cout, self.depth = self.weight.shape
+        self.bias, self.bias_arg, self.residual, self.bounds = bias, bias_arg, residual, bounds
+        self._packed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # md_conv1x1t reads the bias 16 channels at a time: a bias read through its argument
+        # must span whole panels, else the padded copy of a constant bias is read
+        self.rows_possible = bias_arg is NULL or self.cout % NR == 0 or bias is not None
+
+    def packed(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """The weights in the layout of ``kind`` and a bias to read (zeros, or the padded bias)."""
+        kind = OWN if kind == OWN_C else kind
+        if kind not in self._packed:
+            if kind == OWN:
+                self._packed[kind] = (pack_conv1x1_weights(self.weight), np.zeros(self.cout, np.float32))
+            else:
+                w = pack_gemm_weights(np.ascontiguousarray(self.weight.T))
+                b = np.zeros(w.shape[0] * NR, np.float32)
+                if self.bias is not None and self.bias_arg is not NULL:
+                    b[:self.cout] = np.asarray(self.bias, np.float32).reshape(-1)
+                self._packed[kind] = (w, b)
+        return self._packed[kind]
+
+    def choice(self, p: int) -> str:
+        """``OWN``, ``OWN_C``, ``OWN_T`` or ``BLAS`` for images of ``p`` pixels, measured once
+        per shape (on arrays filled with ones: pages of zeros that were never written all map
+        one shared page, which would make every read a cache hit)."""
+        if PREFER is not None:  # (md_conv1x1 needs a block of 16 pixels; md_conv1x1t a bias it can read)
+            possible = self.rows_possible if PREFER == OWN_T else p >= NR if PREFER in (OWN, OWN_C) else True
+            return PREFER if possible else BLAS
+        cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
+        x = np.ones((depth, p), np.float32)
+        xt = np.ones((p, depth), np.float32)
+        y = np.ones((cout, p), np.float32)
+        res = np.ones((cout, p), np.float32)
+        bias = np.ones(-(-cout // NR) * NR, np.float32)
+        res_address = res.ctypes.data if self.residual else 0
+        candidates: dict[str, Any] = {}
+        w = np.ones_like(self.weight)
+        sgemm = timed_call(native_function("md_sgemm"), [w.ctypes.data, x.ctypes.data, y.ctypes.data,
+                                                         blas.cblas_address("sgemm"), bias.ctypes.data, 0],
+                           sgemm_dims(1, cout, p, depth, bias=(1, 0)))
+        # the BLAS path's epilogue is a kernel of its own: one more pass over the output
+        epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, res.ctypes.data], (y.nbytes,))
+        fused = self.residual or self.bounds != (-math.inf, math.inf)
+        candidates[BLAS] = (lambda: (sgemm(), epilogue())) if fused else sgemm
+        if p >= MIN_PIXELS:
+            packed = np.ones((-(-cout // MR), depth, MR), np.float32)
+            for kind, order in ((OWN, 0), (OWN_C, 1)):
+                candidates[kind] = timed_call(native_function("md_conv1x1"), [
+                    x.ctypes.data, packed.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
+                    conv1x1_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, order=order))
+        if self.rows_possible:
+            panels = np.ones((-(-cout // NR), depth, NR), np.float32)
+            flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
+                              transpose_dims(1, depth, p))
+            rows = timed_call(native_function("md_conv1x1t"), [
+                xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
+                conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi))
+            candidates[OWN_T] = lambda: (flip(), rows())
+        return measured_choice(("weights x image", depth, cout, p, self.residual, *self.bounds), candidates)[0]
+
+    def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
+              what: str) -> tuple[list[Call], int]:
+        """The calls of ``kind`` (``OWN`` or ``OWN_T``) over ``n`` images of ``p`` pixels, and
+        the bytes of workspace they need at ``work``."""
+        lo, hi = self.bounds
+        cout, depth = self.cout, self.depth
+        packed, zeros = self.packed(kind)
+        bias = self.bias_arg if self.bias_arg is not NULL and (kind != OWN_T or cout % NR == 0) \
+            else Arg("addr", zeros.ctypes.data)
+        res = residual if residual is not None else NULL
+        base = {"residual": residual is not None, "lo": lo, "hi": hi}
+        epilogue = " + epilogue" if residual is not None or self.bounds != (-math.inf, math.inf) else ""
+        if kind in (OWN, OWN_C):
+            order = int(kind == OWN_C)
+            outer = -(-cout // MR) if order else -(-p // NR)
+
+            def tasks(count: int) -> list[tuple[int, ...]] | None:
+                if count < 2 or n * cout * p < PARALLEL_ELEMENTS or n * outer < count:
+                    return None
+                return [conv1x1_dims(n, depth, cout, p, **base, order=order, task=t, tasks=count)
+                        for t in range(count)]
+            return [Call(native_function("md_conv1x1"), (x, Arg("addr", packed.ctypes.data), bias, res, out),
+                         conv1x1_dims(n, depth, cout, p, **base, order=order), what + " own kernel" + epilogue,
+                         tasks)], 0
+
+        def flips(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or n * depth * p < PARALLEL_ELEMENTS or n * -(-p // 8) < count:
+                return None
+            return [transpose_dims(n, depth, p, t, count) for t in range(count)]
+
+        def row_tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or n * cout * p < PARALLEL_ELEMENTS or n * -(-cout // NR) < count:
+                return None
+            return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count) for t in range(count)]
+
+        return [Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p), what + " transpose",
+                     flips),
+                Call(native_function("md_conv1x1t"), (work, Arg("addr", packed.ctypes.data), bias, res, out),
+                     conv1x1t_dims(n, depth, cout, p, **base), what + " own kernel, pixel rows" + epilogue,
+                     row_tasks)], n * depth * p * 4
+
+    def keep(self) -> tuple[np.ndarray, ...]:
+        """The packed arrays the calls read by address."""
+        return tuple(a for pair in self._packed.values() for a in pair)
+
+
+def conv1x1_step(product: WeightProduct, x: Arg, residual: Arg | None, out: Arg, sx: Shape) -> NativeStep | None:
+    """The step of a pointwise conv of input shape ``sx`` through our kernels (None where
+    OpenBLAS measures faster)."""
     n, cin, h, w = sx
-    cout, p = weight.shape[0], h * w
-    if p < MIN_PIXELS or weight.shape[1] != cin:
+    if product.depth != cin or h * w == 0:
         return None
-    if not packed:
-        packed.append(pack_conv1x1_weights(weight))
-        packed.append(np.zeros(cout, np.float32))  # the bias of a conv without one
-    lo, hi = bounds
-    if _measured(cin, cout, p, residual is not None, bounds, weight, packed[0]) != OWN:
+    kind = product.choice(h * w)
+    if kind == BLAS:
         return None
-    keep = (packed[0], packed[1])
-    bias_arg = bias if bias is not NULL else Arg("addr", packed[1].ctypes.data)
-    args = (x, Arg("addr", packed[0].ctypes.data), bias_arg, residual if residual is not None else NULL, out)
-    base = {"residual": residual is not None, "lo": lo, "hi": hi}
-
-    def tasks(count: int) -> list[tuple[int, ...]] | None:
-        if count < 2 or n * cout * p < PARALLEL_ELEMENTS or n * -(-p // NR) < count:
-            return None
-        return [conv1x1_dims(n, cin, cout, p, **base, task=t, tasks=count) for t in range(count)]
-
-    call = Call(native_function("md_conv1x1"), args, conv1x1_dims(n, cin, cout, p, **base),
-                "conv2d 1x1 own kernel" + (" + epilogue" if residual is not None or bounds != (-math.inf, math.inf)
-                                           else ""), tasks)
-    return NativeStep((call,), (), keep)
-
-
-def _measured(cin: int, cout: int, p: int, residual: bool, bounds: tuple[float, float], weight: np.ndarray,
-              packed: np.ndarray) -> str:
-    """Which of our kernel (epilogue included) and OpenBLAS (bias, sgemm, and for a group the
-    epilogue's pass over the output, timed as a copy) is faster on one image of this shape,
-    measured once per shape and kept in the cache."""
-    if PREFER is not None:
-        return PREFER
-    key = ("conv1x1 per image", cin, cout, p, residual, *bounds)
-    x = np.zeros((cin, p), np.float32)
-    y = np.empty((cout, p), np.float32)
-    res = np.zeros((cout, p), np.float32)
-    bias = np.zeros(cout, np.float32)
-    w = np.ascontiguousarray(weight, np.float32)
-    own = conv1x1_dims(1, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1])
-    sgemm = timed_call(native_function("md_sgemm"), [w.ctypes.data, x.ctypes.data, y.ctypes.data,
-                                                     blas.cblas_address("sgemm"), bias.ctypes.data, 0],
-                       sgemm_dims(1, cout, p, cin, bias=(1, 0)))
-    # the BLAS path's epilogue is a kernel of its own: one more pass over the output
-    epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, res.ctypes.data], (y.nbytes,))
-    fused = residual or bounds != (-math.inf, math.inf)
-    return measured_choice(key, {
-        OWN: timed_call(native_function("md_conv1x1"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
-                                                        res.ctypes.data if residual else 0, y.ctypes.data], own),
-        BLAS: (lambda: (sgemm(), epilogue())) if fused else sgemm,
-    })[0]
+    calls, work = product.calls(kind, n, h * w, x, residual, out, Arg("scratch", 0), "conv2d 1x1")
+    return NativeStep(tuple(calls), (work,) if work else (), product.keep())
 
 
 def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bias: Arg, residual: Arg | None,
-                       out: Arg, bounds: tuple[float, float], otherwise: Lowering) -> Lowering:
-    """A pointwise conv (``pointwise(...)`` holds) as one ``md_conv1x1`` call writing ``out``
-    (its epilogue: ``residual``, ``bounds``), or ``otherwise`` where that does not pay."""
-    packed: list[np.ndarray] = []
+                       out: Arg, bounds: tuple[float, float], otherwise: Lowering,
+                       bias_value: np.ndarray | None = None) -> Lowering:
+    """A pointwise conv (``pointwise(...)`` holds) as our kernels' calls writing ``out`` (its
+    epilogue: ``residual``, ``bounds``; ``bias_value``: the bias when constant), or
+    ``otherwise`` where that does not pay."""
+    product = WeightProduct(weight, bias_value, bias, residual is not None, bounds)
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
         sx = inputs[0]
         if sx is not None and len(sx) == 4:
-            step = conv1x1_step(weight, packed, x, bias, residual, out, sx, bounds)
+            step = conv1x1_step(product, x, residual, out, sx)
             if step is not None:
                 return step
         return otherwise(inputs, outputs, symbols)
 
-    return needing(lower, *needs(otherwise), "md_conv1x1", "md_sgemm", "md_copy")
-
-
+    return needing(lower, *needs(otherwise), *PRODUCT_ROUTINES)
 
 
 def depthwise3x3(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype) -> bool:
@@ -241,5 +329,5 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
     return needing(lower, *needs(otherwise), "md_depthwise")
 
 
-__all__ = ["activation_form", "conv1x1_step", "depthwise3x3", "depthwise_lowering", "epilogue_form", "pointwise",
-           "pointwise_lowering"]
+__all__ = ["OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
+           "depthwise3x3", "depthwise_lowering", "epilogue_form", "pointwise", "pointwise_lowering"]

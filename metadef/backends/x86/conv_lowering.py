@@ -10,12 +10,14 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86.conv1x1 import BLAS, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -29,6 +31,7 @@ from metadef.backends.x86.native import (
     kernel_tasks,
     measured_choice,
     needing,
+    needs,
     sgemm_call,
     sgemm_dims,
     timed_call,
@@ -55,12 +58,15 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
 
 
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
-                  depthwise: Callable[..., Any] | None, weight: np.ndarray | None = None) -> Lowering:
+                  depthwise: Callable[..., Any] | None, weight: np.ndarray | None = None,
+                  product: WeightProduct | None = None) -> Lowering:
     """A 2-D Conv: each image's im2col then a split sgemm (a 1x1 conv: one batched sgemm; a
     grouped conv: ``md_conv2d``) or, for a 3x3 stride-1 conv with constant
     weights, Winograd F(2x2,3x3) (``md_winograd_in``/``_out`` around a batched sgemm) when it
     measures faster on these shapes; for a depthwise
-    conv ``md_pad2d`` and a generated window-sum kernel (``depthwise``: the node compiler)."""
+    conv ``md_pad2d`` and a generated window-sum kernel (``depthwise``: the node compiler).
+    ``product``: the conv's constant weights, whose im2col products may take our kernels
+    where they measure faster than sgemm (:func:`im2col_product`)."""
     group = int(attrs.get("group") or 1)
     transformed: list[np.ndarray] = []
 
@@ -99,6 +105,10 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
             return NativeStep((sgemm_call((sources[1], sources[0], out, *_blas(), bias, *_blas("sgemv")), n, k,
                                           h * w, c, "conv2d 1x1 sgemm", strides=(0, c * h * w, k * h * w),
                                           bias=(1, 0) if bias is not NULL else None),))
+        if group == 1 and not direct and product is not None:
+            step = im2col_product(product, sx, kernel, win, begin, (oh, ow), sources[0], None, out)
+            if step is not None:
+                return step
         if group == 1 and not direct and SPLIT_IM2COL:
             return _im2col_then_sgemm(sx, sw, kernel, win, begin, (oh, ow), sources, bias, out)
         values = {"n": n, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
@@ -110,7 +120,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                     "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
         return NativeStep((call,), (workspace,) if workspace else ())
 
-    routines = ["md_im2col_task", "md_sgemm"]
+    routines = ["md_im2col_task", "md_sgemm", *(PRODUCT_ROUTINES if product is not None else ())]
     strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
     if group > 1:  # a depthwise conv (one input channel per output channel) pads; others: md_conv2d
         depthwise_only = weight is not None and weight.shape[1] == 1 and weight.shape[0] == group
@@ -131,11 +141,8 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
     row; one workspace serves every image in turn."""
     n, c, h, w = sx
     k = sw[0]
-    oh, ow = out_hw
-    taps, pixels = kernel[0] * kernel[1], oh * ow
-    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": kernel[0], "kw": kernel[1],
-              "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
-              "pt": begin[0], "pl": begin[1], "task": 0, "tasks": 1}
+    taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
+    values = _im2col_values(sx, kernel, win, begin, out_hw)
 
     def tasks(n: int) -> list[tuple[int, ...]] | None:
         if n < 2 or c < n or c * taps * pixels < PARALLEL_ELEMENTS:
@@ -152,12 +159,10 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
     return NativeStep(tuple(calls), (c * taps * pixels * 4,))
 
 
-def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
-                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray) -> NativeStep | None:
-    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
-    per image, the input transform split over the channels, the 16 products as one batched
-    sgemm split over them, the output transform split over the output channels."""
-    n, c, h, w = sx
+def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool) -> tuple[bool, str]:
+    """Whether Winograd F(2x2,3x3) measures faster than im2col + sgemm for a 3x3 stride-1 conv
+    on these shapes (timed on one image of ones, once per shape), and the timings."""
+    _, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
@@ -166,20 +171,12 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
     gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
     products = {"strides": (k * c, c * tiles, k * tiles)}
-
-    def split(extent: int) -> Callable[[int], list[tuple[int, ...]] | None]:
-        def tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or extent < count:
-                return None
-            return [(*one, t, count) for t in range(count)]
-        return tasks
-
-    # timed on one image: both candidates loop over the images
-    x = np.zeros((1, *sx[1:]), np.float32)
+    x = np.ones((1, *sx[1:]), np.float32)
     y = np.empty((1, k, oh, ow), np.float32)
-    wt = np.zeros(sw, np.float32)
+    wt = np.ones(sw, np.float32)
+    u = np.ones((16, k, c), np.float32)
     b = np.zeros(k, np.float32)
-    work = np.empty(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
+    work = np.ones(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
     cols_dims = (c, h, w, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 0, 1)
     im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
     product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
@@ -191,8 +188,115 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
                          (*one, 0, 1)))
     winner, timings = measured_choice(("conv2d 3x3 per image", *one[1:]), {
         "winograd": lambda: [phase() for phase in phases], "im2col": lambda: (im2col(), product())})
-    if winner != "winograd":
+    return winner == "winograd", timings
+
+
+def _im2col_values(sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
+                   out_hw: tuple[int, int]) -> dict[str, int]:
+    _, c, h, w = sx
+    return {"c": c, "h": h, "w": w, "oh": out_hw[0], "ow": out_hw[1], "kh": kernel[0], "kw": kernel[1],
+            "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
+            "pt": begin[0], "pl": begin[1], "task": 0, "tasks": 1}
+
+
+def weight_product(attrs: Mapping[str, Any], weight: np.ndarray | None, consts: Sequence[np.ndarray | None],
+                   bias: Arg, dtype: np.dtype, residual: bool = False,
+                   bounds: tuple[float, float] = (-math.inf, math.inf)) -> WeightProduct | None:
+    """The :class:`WeightProduct` of an ungrouped float32 Conv with constant 4-D weights
+    (``consts``: the node's constant inputs, the bias third), else None."""
+    if weight is None or np.ndim(weight) != 4 or int(attrs.get("group") or 1) != 1 or np.dtype(dtype) != np.float32:
         return None
+    return WeightProduct(weight, consts[2] if len(consts) > 2 else None, bias, residual, bounds)
+
+
+def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, consts: Sequence[np.ndarray | None],
+                          sources: Sequence[Arg], residual: Arg | None, out: Arg, bounds: tuple[float, float],
+                          otherwise: Lowering) -> Lowering | None:
+    """A fused group ``act(conv(x) (+ residual))`` anchored by an ungrouped conv with constant
+    weights: each image's im2col, then our kernel with the epilogue in its stores, where that
+    measures faster than sgemm and Winograd does not take the conv; else ``otherwise`` (the
+    conv's own lowering and the epilogue as a kernel of its own). None: not such a conv."""
+    bias = sources[2] if len(sources) > 2 else NULL
+    product = weight_product(attrs, weight, consts, bias, np.dtype(np.float32), residual is not None, bounds)
+    if product is None or weight is None:
+        return None
+    shape = weight.shape
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        sx, sw = inputs[0], inputs[1]
+        if sx is None or sw is None or len(sx) != 4 or tuple(sw) != shape or sx[1] != shape[1]:
+            return otherwise(inputs, outputs, symbols)
+        kernel = tuple(attrs.get("kernel_shape") or sw[2:])
+        win = window(attrs, sx[2:], kernel)
+        begin, end = [int(v) for v in win.begin], [int(v) for v in win.end]
+        out_hw = (int(outputs[0][2]), int(outputs[0][3]))
+        if min(*begin, *end) < 0:
+            return otherwise(inputs, outputs, symbols)
+        if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) \
+                and min(sx[1], sw[0]) >= 8 and winograd_wins(sx, sw, out_hw, begin, bias is not NULL)[0]:
+            return otherwise(inputs, outputs, symbols)
+        step = im2col_product(product, sx, kernel, win, begin, out_hw, sources[0], residual, out)
+        return step if step is not None else otherwise(inputs, outputs, symbols)
+
+    return needing(lower, *needs(otherwise), "md_im2col_task", *PRODUCT_ROUTINES)
+
+
+def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
+                   out_hw: tuple[int, int], x: Arg, residual: Arg | None, out: Arg) -> NativeStep | None:
+    """Each image's im2col, then its product with the weights through our kernels (the
+    epilogue, ``residual`` and ``product.bounds``, in their stores), when they measure faster
+    than sgemm on these shapes; else None."""
+    n, c, h, w = sx
+    taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
+    if product.depth != c * taps or pixels == 0:
+        return None
+    kind = product.choice(pixels)
+    if kind == BLAS:
+        return None
+    values = _im2col_values(sx, kernel, win, begin, out_hw)
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or c < count or c * taps * pixels < PARALLEL_ELEMENTS:
+            return None
+        return [tuple({**values, "task": t, "tasks": count}[d] for d in IM2COL_DIMS) for t in range(count)]
+
+    calls: list[Call] = []
+    work = 0
+    image = 4 * product.cout * pixels
+    for i in range(n):
+        calls.append(Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), Arg("scratch", 0)),
+                          tuple(values[d] for d in IM2COL_DIMS), "conv2d im2col", tasks))
+        more, work = product.calls(kind, 1, pixels, Arg("scratch", 0), None if residual is None else
+                                   residual.at(i * image), out.at(i * image), Arg("scratch", 1), "conv2d")
+        calls += more
+    return NativeStep(tuple(calls), (c * taps * pixels * 4, *((work,) if work else ())), product.keep())
+
+
+def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
+                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray) -> NativeStep | None:
+    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
+    per image, the input transform split over the channels, the 16 products as one batched
+    sgemm split over them, the output transform split over the output channels."""
+    wins, timings = winograd_wins(sx, sw, out_hw, begin, has_bias)
+    if not wins:
+        return None
+    n, c, h, w = sx
+    k = sw[0]
+    oh, ow = out_hw
+    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
+    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
+    wino_work = 4 * winograd_workspace(c, k, oh, ow)
+    m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
+    products = {"strides": (k * c, c * tiles, k * tiles)}
+
+    def split(extent: int) -> Callable[[int], list[tuple[int, ...]] | None]:
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or extent < count:
+                return None
+            return [(*one, t, count) for t in range(count)]
+        return tasks
+
     scratch = Arg("scratch", 0)
     what = f"conv2d winograd F(2x2,3x3) (measured: {timings})"
     calls: list[Call] = []
@@ -240,4 +344,5 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     return NativeStep(tuple(calls), scratch, (kernel,))
 
 
-__all__ = ["SPLIT_IM2COL", "WINOGRAD_G", "conv_lowering", "winograd_weights"]
+__all__ = ["SPLIT_IM2COL", "WINOGRAD_G", "conv_lowering", "fused_im2col_lowering", "im2col_product", "weight_product",
+           "winograd_weights", "winograd_wins"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import conv1x1, gemm, native
-from metadef.backends.x86.conv_lowering import conv_lowering
+from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -339,14 +339,15 @@ def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequenc
     """A Conv node's lowering: a pointwise conv through our own kernel (with ``epilogue``: its
     residual and bounds) where it measures faster, else im2col / Winograd / depthwise."""
     attrs, weight = attrs_of(node), consts[1] if len(consts) > 1 else None
-    general = conv_lowering(attrs, sources, out, _dtype_of(node),
-                                   None if CODEGEN_MISSING is not None else compile_node, weight)
     bias = sources[2] if len(sources) > 2 else NULL
+    general = conv_lowering(attrs, sources, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
+                            weight, weight_product(attrs, weight, consts, bias, _dtype_of(node)))
     if _depthwise3x3(node, consts):
         return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general)
     if weight is None or not conv1x1.pointwise(attrs, weight, _dtype_of(node)):
         return general
-    return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general)
+    return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general,
+                                      consts[2] if len(consts) > 2 else None)
 
 
 def _depthwise3x3(node: Node, consts: Sequence[np.ndarray | None]) -> bool:
@@ -479,17 +480,16 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
     out = Arg("out", split.epilogue_positions[0])
     if value is None and _depthwise3x3(anchor, consts):
         return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise)
-    weight = consts[1] if len(consts) > 1 else None
-    if weight is None or not conv1x1.pointwise(attrs_of(anchor), weight, _dtype_of(anchor)):
-        return None
-    residual = None
+    weight, residual = consts[1] if len(consts) > 1 else None, None
     if value is not None:
         at = next((i for i, v in enumerate(body.inputs) if v is value), None)
         if at is None or at == 0:
             return None
         residual = Arg("in", split.input_positions[at - 1])
+    if weight is None or not conv1x1.pointwise(attrs_of(anchor), weight, _dtype_of(anchor)):
+        return fused_im2col_lowering(attrs_of(anchor), weight, consts, sources, residual, out, (lo, hi), otherwise)
     return conv1x1.pointwise_lowering(attrs_of(anchor), weight, sources[0], bias, residual, out, (lo, hi),
-                                      otherwise)
+                                      otherwise, consts[2] if len(consts) > 2 else None)
 
 
 def view_node(node: Node) -> Choice | str:

@@ -16,7 +16,15 @@ import metadef as md
 from metadef.backends.x86 import conv1x1
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_depthwise import depthwise_dims
-from metadef.codegen.native_gemm import NR, conv1x1_dims, gemm_dims, pack_conv1x1_weights, pack_gemm_weights
+from metadef.codegen.native_gemm import (
+    NR,
+    conv1x1_dims,
+    conv1x1t_dims,
+    gemm_dims,
+    pack_conv1x1_weights,
+    pack_gemm_weights,
+    transpose_dims,
+)
 from metadef.ir import GraphBuilder
 from metadef.shape import parse_type
 
@@ -53,6 +61,48 @@ def test_conv1x1_matches_float64(n: int, cin: int, cout: int, p: int, residual: 
     if residual:
         want += res
     np.testing.assert_allclose(y, np.clip(want, *bounds), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("n", "rows", "cols", "tasks"), [
+    (1, 1, 1, 1), (2, 8, 8, 1), (1, 17, 9, 2), (3, 16, 24, 3), (1, 4608, 49, 2), (2, 5, 3, 4), (1, 9, 16, 1)])
+def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int) -> None:
+    x = RNG.standard_normal((n, rows, cols), dtype=np.float32)
+    y = np.full((n, cols, rows), np.nan, np.float32)
+    for t in range(tasks):
+        _call("md_transpose", [x, y], transpose_dims(n, rows, cols, t, tasks))
+    assert np.array_equal(y, x.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize(("n", "cin", "cout", "p", "residual", "bounds", "tasks"), [
+    (1, 5, 3, 1, False, (-math.inf, math.inf), 1),
+    (2, 7, 17, 13, True, (0.0, math.inf), 2),
+    (1, 64, 40, 49, True, (-1.0, 0.5), 3),
+    (3, 33, 16, 6, False, (0.0, 6.0), 1),
+    (1, 300, 100, 23, True, (-math.inf, math.inf), 2),
+    (2, 16, 32, 196, False, (0.0, math.inf), 4),
+])
+def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual: bool,
+                                  bounds: tuple[float, float], tasks: int) -> None:
+    """Pixels as the tile's rows: the input transposed first, every tail of rows (4, 2, 1) and
+    of channels (a last panel narrower than 16) written exactly once, nothing past them."""
+    x = RNG.standard_normal((n, cin, p), dtype=np.float32)
+    w = RNG.standard_normal((cout, cin), dtype=np.float32)
+    bias = np.zeros(-(-cout // NR) * NR, np.float32)
+    bias[:cout] = RNG.standard_normal(cout, dtype=np.float32)
+    res = RNG.standard_normal((n, cout, p), dtype=np.float32)
+    xt = np.full((n, p, cin), np.nan, np.float32)
+    flat = np.full(n * cout * p + NR, np.nan, np.float32)  # NR floats more: they must stay untouched
+    y = flat[:n * cout * p].reshape(n, cout, p)
+    packed = pack_gemm_weights(np.ascontiguousarray(w.T))
+    _call("md_transpose", [x, xt], transpose_dims(n, cin, p))
+    for t in range(tasks):
+        _call("md_conv1x1t", [xt, packed, bias, res if residual else None, y],
+              conv1x1t_dims(n, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks))
+    want = np.einsum("rk,nkp->nrp", w.astype(np.float64), x.astype(np.float64)) + bias[:cout, None]
+    if residual:
+        want += res
+    np.testing.assert_allclose(y, np.clip(want, *bounds), rtol=1e-5, atol=1e-5)
+    assert np.isnan(flat[n * cout * p:]).all()
 
 
 def test_conv1x1_keeps_nan_through_its_bounds() -> None:
@@ -121,7 +171,7 @@ def _block() -> md.Graph:
     return g.build()
 
 
-@pytest.mark.parametrize("prefer", [conv1x1.OWN, conv1x1.BLAS])
+@pytest.mark.parametrize("prefer", [conv1x1.OWN, conv1x1.OWN_T, conv1x1.BLAS])
 def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conv1x1, "PREFER", prefer)
     graph = md.optimize(_block(), level="aggressive")
@@ -138,6 +188,10 @@ def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPat
     if prefer == conv1x1.OWN:
         assert kinds["conv2d 1x1 own kernel + epilogue"] == 2 and kinds["conv2d 1x1 own kernel"] == 1
         assert "epilogue" not in kinds  # every epilogue went into a kernel's stores
+    elif prefer == conv1x1.OWN_T:
+        assert kinds["conv2d 1x1 own kernel, pixel rows + epilogue"] == 2
+        assert kinds["conv2d 1x1 own kernel, pixel rows"] == 1 and kinds["conv2d 1x1 transpose"] == 3
+        assert "epilogue" not in kinds
     else:
         assert not any("own kernel" in k for k in kinds)
 
@@ -241,3 +295,57 @@ def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
         finally:
             release()
+
+
+def _convs() -> md.Graph:
+    """Convs that im2col serves: 3x3 stride 2 + Relu, 1x1 stride 3 (9 pixels: fewer than
+    md_conv1x1's block of 16), 5x5 dilated + residual + Clip,
+    7x7 stride 2 padded on one side, a 3x3 stride-1 conv too small for Winograd + Relu."""
+    g = GraphBuilder("convs")
+    x = g.input("x", parse_type("f32[n,6,15,15]"))
+
+    def conv(v: object, cout: int, cin: int, k: int, **attrs: object) -> object:
+        w = RNG.standard_normal((cout, cin, k, k), dtype=np.float32) * 0.3
+        y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w),
+                             g.const(f"b{len(g.nodes)}", RNG.standard_normal(cout, dtype=np.float32))],
+                    {"kernel_shape": [k, k], **attrs})
+        return y
+
+    a = conv(x, 20, 6, 3, strides=[2, 2], pads=[1, 1, 1, 1])  # [n, 20, 8, 8]
+    a, = g.node("Relu", [a])
+    b = conv(a, 20, 20, 1, strides=[3, 3])  # [n, 20, 3, 3]
+    c = conv(a, 20, 20, 5, dilations=[2, 2], pads=[4, 4, 4, 4])  # [n, 20, 8, 8]
+    c, = g.node("Add", [c, a])
+    c, = g.node("Clip", [c, g.const("lo", np.array(-1.0, np.float32)), g.const("hi", np.array(2.0, np.float32))])
+    d = conv(c, 7, 20, 7, strides=[2, 2], pads=[3, 3, 2, 2])  # [n, 7, 4, 4]
+    e = conv(c, 4, 20, 3, pads=[1, 1, 1, 1])  # [n, 4, 8, 8]: fewer than 8 channels out, no Winograd
+    e, = g.node("Relu", [e])
+    g.output(b)
+    g.output(d)
+    g.output(e)
+    return g.build()
+
+
+@pytest.mark.parametrize("prefer", [conv1x1.OWN, conv1x1.OWN_C, conv1x1.OWN_T, conv1x1.BLAS])
+def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each image's im2col, then our kernel (the residual add and the bounds in its stores)
+    give the reference backend's outputs, on two batch sizes without compiling again."""
+    monkeypatch.setattr(conv1x1, "PREFER", prefer)
+    graph = md.optimize(_convs(), level="aggressive")
+    exe = md.compile(graph, target="x86")
+    ref = md.compile(graph, target="reference")
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 6, 15, 15), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    own = sum(v for k, v in kinds.items() if k.startswith("conv2d own kernel"))
+    if prefer == conv1x1.BLAS:
+        assert own == 0 and kinds["conv2d sgemm"] == 3 * 5
+    else:  # pixels as columns: not the 9-pixel conv, which takes sgemm
+        assert own == 3 * (5 if prefer == conv1x1.OWN_T else 4)
+        assert kinds["conv2d im2col"] == 3 * 5
+        assert "epilogue" not in kinds  # Relu, and the residual add with its Clip, went into the stores
+        if prefer == conv1x1.OWN_T:
+            assert kinds["conv2d transpose"] == 3 * 5
