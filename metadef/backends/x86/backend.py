@@ -265,7 +265,7 @@ class X86Executable:
         except Unplannable:
             results = self.run_steps(feeds, symbols)
             if outputs is None:
-                return results
+                return _owned(results, [*feeds.values(), *(data for _, data in self.consts)])
             buffers = _checked(outputs, [(r.shape, r.dtype) for r in results], inputs)
             for buffer, result in zip(buffers, results):
                 np.copyto(buffer, result)
@@ -314,6 +314,25 @@ class X86Executable:
             for i in frees:
                 slots[i] = None
         return [slots[i] for i in self.output_ids]
+
+
+def _owned(results: Sequence[np.ndarray], held: Sequence[Any]) -> list[np.ndarray]:
+    """The step-by-step results as arrays the caller owns: a copy of each that shares memory
+    with a feed, a constant (``held``) or an earlier result, as a view kernel's output
+    (Reshape, Identity) may; string tensors too, whose elements are references.
+
+    Example:
+        >>> x = np.array(["a", "b"], dtype=object)
+        >>> y, = _owned([x.reshape(2, 1)], [x])
+        >>> bool(np.shares_memory(y, x)), y.tolist()
+        (False, [['a'], ['b']])
+    """
+    arrays = [a for a in held if isinstance(a, np.ndarray)]
+    owned: list[np.ndarray] = []
+    for result in results:
+        result = np.asarray(result)
+        owned.append(result.copy() if any(np.may_share_memory(result, a) for a in (*arrays, *owned)) else result)
+    return owned
 
 
 def _checked(outputs: Sequence[np.ndarray | None], expected: Sequence[tuple[tuple[int, ...], np.dtype]],

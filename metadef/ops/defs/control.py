@@ -183,7 +183,7 @@ If = metaop(
     inputs=("cond: B", Param(CAPTURED, optional=True, variadic=True, type_var="V", mixed=True)),
     outputs=(Param("outputs", variadic=True, type_var="V", mixed=True),),
     attrs={"then_branch": graph_(REQUIRED), "else_branch": graph_(REQUIRED)},
-    types="B in {bool}; V in {all}",
+    types="B in {bool}; V in {all, string}",
     rule=_if_infer,
     reference=_if_reference,
     role=Role.OPAQUE,

@@ -246,12 +246,12 @@ IsInf = metaop(
 )
 
 Where = metaop(
-    "Where", inputs=("C: bool", "X", "Y"), outputs=("Z",), types="T in {all}",
+    "Where", inputs=("C: bool", "X", "Y"), outputs=("Z",), types="T in {all, string}",
     rule=BROADCAST_ALL, semantics="Z[...] = where(C[...], X[...], Y[...])",
     role=Role.BROADCAST, since=(9, 16),
 )
 
-Identity = unary("Identity", "X[...]", types="T in {all}", since=(1, 13, 14, 16, 19, 21, 25),
+Identity = unary("Identity", "X[...]", types="T in {all, string}", since=(1, 13, 14, 16, 19, 21, 25),
                  adapt=None)
 
 # --- bitwise ----------------------------------------------------------------------------

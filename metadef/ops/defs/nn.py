@@ -231,7 +231,7 @@ def space_to_depth_semantics(attrs: Mapping[str, Any], shapes: Sequence[Sequence
 DepthToSpace = metaop(
     "DepthToSpace", inputs=("input",), outputs=("output",),
     attrs={"blocksize": int_(REQUIRED), "mode": string("DCR")},
-    types="T in {numeric, bool}", rule=DEPTH_TO_SPACE_RULE,
+    types="T in {numeric, bool, string}", rule=DEPTH_TO_SPACE_RULE,
     semantics=depth_to_space_semantics, role=Role.INJECTIVE, layouts=("NCHW",),
     parallel=("n", "c"), since=(1, 11, 13, 28),
 )
@@ -239,7 +239,7 @@ DepthToSpace = metaop(
 SpaceToDepth = metaop(
     "SpaceToDepth", inputs=("input",), outputs=("output",),
     attrs={"blocksize": int_(REQUIRED), "mode": string("DCR")},
-    types="T in {numeric, bool}", rule=SPACE_TO_DEPTH_RULE,
+    types="T in {numeric, bool, string}", rule=SPACE_TO_DEPTH_RULE,
     semantics=space_to_depth_semantics, role=Role.INJECTIVE, layouts=("NCHW",),
     parallel=("n", "c"), since=(1, 13, 28),
 )

@@ -447,7 +447,7 @@ def _tensor_scatter_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.nd
 TensorScatter = metaop(
     "TensorScatter", inputs=("past_cache", "update", "write_indices?: int64"),
     outputs=("present_cache",), attrs={"axis": int_(-2), "mode": string("linear")},
-    types="T in {all}", rule=_tensor_scatter_rule, reference=_tensor_scatter_reference,
+    types="T in {all, string}", rule=_tensor_scatter_rule, reference=_tensor_scatter_reference,
     role=Role.OPAQUE, since=(24,),
     doc="A copy of past_cache with update written along axis from each batch's write index "
         "(wrapping around in circular mode): a key/value cache update.",

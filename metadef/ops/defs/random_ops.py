@@ -116,7 +116,7 @@ def uniform_like_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.ndarr
 RandomUniformLike = metaop(
     "RandomUniformLike", inputs=("input: T1",), outputs=("output: T2",),
     attrs={"dtype": int_(None), "high": float_(1.0), "low": float_(0.0), "seed": float_(None)},
-    types="T1 in {all}; T2 in {float}", rule=_uniform_like_rule,
+    types="T1 in {all, string}; T2 in {float}", rule=_uniform_like_rule,
     reference=uniform_like_reference, role=Role.OPAQUE, since=(1, 22), pure=False,
     doc="Values uniform in [low, high) shaped like the input (seeded: the same draw every run).",
 )

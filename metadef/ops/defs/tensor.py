@@ -142,7 +142,7 @@ def _reshape_adapt(opset: int, attrs: dict, n_inputs: int) -> tuple[dict, dict]:
 
 
 Reshape = metaop(
-    "Reshape", inputs=("data", "shape: int64"), outputs=("reshaped",),
+    "Reshape", inputs=("data", "shape: int64"), outputs=("reshaped",), types="T in {all, string}",
     attrs={"allowzero": int_(0)}, rule=_reshape_rule, reference=_reshape_reference,
     role=Role.INJECTIVE, reads=(1,), since=(1, 5, 13, 14, 19, 21), adapt=_reshape_adapt,
     doc="A view with a new shape: 0 copies the input dim (unless allowzero), -1 is inferred.",
@@ -168,7 +168,7 @@ def _flatten_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 Flatten = metaop(
-    "Flatten", inputs=("input",), outputs=("output",), attrs={"axis": int_(1)},
+    "Flatten", inputs=("input",), outputs=("output",), attrs={"axis": int_(1)}, types="T in {all, string}",
     rule=_flatten_rule, reference=_flatten_reference, role=Role.INJECTIVE,
     since=(1, 9, 11, 13, 21), doc="A 2-D view: dims before axis, and dims from axis on.",
 )
@@ -202,8 +202,8 @@ def _squeeze_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 Squeeze = metaop(
-    "Squeeze", inputs=("data", "axes?: int64"), outputs=("squeezed",), rule=_squeeze_rule,
-    reference=_squeeze_reference, role=Role.INJECTIVE, reads=(1,), since=(1, 11, 13, 21),
+    "Squeeze", inputs=("data", "axes?: int64"), outputs=("squeezed",), types="T in {all, string}",
+    rule=_squeeze_rule, reference=_squeeze_reference, role=Role.INJECTIVE, reads=(1,), since=(1, 11, 13, 21),
     adapt=_axes_to_input(13), doc="Removes dims of size 1 (the given axes, or all of them).",
 )
 
@@ -226,8 +226,8 @@ def _unsqueeze_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 Unsqueeze = metaop(
-    "Unsqueeze", inputs=("data", "axes: int64"), outputs=("expanded",), rule=_unsqueeze_rule,
-    reference=_unsqueeze_reference, role=Role.INJECTIVE, reads=(1,), since=(1, 11, 13, 21),
+    "Unsqueeze", inputs=("data", "axes: int64"), outputs=("expanded",), types="T in {all, string}",
+    rule=_unsqueeze_rule, reference=_unsqueeze_reference, role=Role.INJECTIVE, reads=(1,), since=(1, 11, 13, 21),
     adapt=_axes_to_input(13), doc="Inserts dims of size 1 at the given axes (of the output).",
 )
 
@@ -261,7 +261,7 @@ def _transpose_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> str:
 
 Transpose = metaop(
     "Transpose", inputs=("data",), outputs=("transposed",), attrs={"perm": ints()},
-    rule=_transpose_rule, semantics=_transpose_semantics, role=Role.INJECTIVE,
+    types="T in {all, string}", rule=_transpose_rule, semantics=_transpose_semantics, role=Role.INJECTIVE,
     since=(1, 13, 21), doc="Permutes the axes (default: reverses them).",
 )
 
@@ -286,8 +286,8 @@ def _expand_rule(ctx: InferContext) -> list[Any]:
 
 
 Expand = metaop(
-    "Expand", inputs=("input", "shape: int64"), outputs=("output",), rule=_expand_rule,
-    semantics="output[...] = input[...]", role=Role.BROADCAST, reads=(1,), since=(8, 13),
+    "Expand", inputs=("input", "shape: int64"), outputs=("output",), types="T in {all, string}",
+    rule=_expand_rule, semantics="output[...] = input[...]", role=Role.BROADCAST, reads=(1,), since=(8, 13),
     doc="Broadcasts the input to a shape (numpy rules, both ways).",
 )
 
@@ -314,8 +314,8 @@ def _tile_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict
 
 
 Tile = metaop(
-    "Tile", inputs=("input", "repeats: int64"), outputs=("output",), rule=_tile_rule,
-    semantics=_tile_semantics, role=Role.INJECTIVE, reads=(1,), since=(1, 6, 13),
+    "Tile", inputs=("input", "repeats: int64"), outputs=("output",), types="T in {all, string}",
+    rule=_tile_rule, semantics=_tile_semantics, role=Role.INJECTIVE, reads=(1,), since=(1, 6, 13),
     doc="Repeats the input repeats[k] times along each axis k.",
 )
 
@@ -352,7 +352,7 @@ def _concat_adapt(opset: int, attrs: dict, n_inputs: int) -> tuple[dict, dict]:
 
 Concat = metaop(
     "Concat", inputs=("inputs*",), outputs=("concat_result",), attrs={"axis": int_(REQUIRED)},
-    rule=_concat_rule, reference=lambda xs, a: np.concatenate(xs, axis=a["axis"]),
+    types="T in {all, string}", rule=_concat_rule, reference=lambda xs, a: np.concatenate(xs, axis=a["axis"]),
     role=Role.INJECTIVE, since=(1, 4, 11, 13), adapt=_concat_adapt,
     doc="Joins the inputs along axis (piecewise: not one index expression).",
 )
@@ -415,7 +415,7 @@ def _split_adapt(opset: int, attrs: dict, n_inputs: int,
 
 
 Split = metaop(
-    "Split", inputs=("input", "split?: int64"), outputs=("outputs*",),
+    "Split", inputs=("input", "split?: int64"), outputs=("outputs*",), types="T in {all, string}",
     attrs={"axis": int_(0), "num_outputs": int_()}, rule=_split_rule,
     reference=_split_reference, role=Role.INJECTIVE, reads=(1,), since=(1, 2, 11, 13, 18),
     adapt=_split_adapt, doc="Splits along axis by sizes, or into num_outputs parts "
@@ -468,8 +468,8 @@ def _pad_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
     mode = PAD_MODES[attrs["mode"]]
     if mode != "constant":
         return np.pad(x, width, mode=mode)
-    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
-    fill = np.asarray(value).reshape(-1)[0] if value is not None and value.size else 0
+    value = np.asarray(inputs[2]).reshape(-1)[:1] if len(inputs) > 2 and inputs[2] is not None else ()
+    fill = value if len(value) else np.array("", object) if x.dtype == object else 0  # (not "": that pads np.str_)
     return np.pad(x, width, mode="constant", constant_values=fill)
 
 
@@ -488,11 +488,11 @@ def _pad_adapt(opset: int, attrs: dict, n_inputs: int) -> tuple[dict, dict]:
 
 Pad = metaop(
     "Pad", inputs=("data", "pads: int64", "constant_value?", "axes?: Tind"),
-    outputs=("output",), types=f"T in {{all}}; {INT_INDEX}", attrs={"mode": string("constant")},
+    outputs=("output",), types=f"T in {{all, string}}; {INT_INDEX}", attrs={"mode": string("constant")},
     rule=_pad_rule, reference=_pad_reference, role=Role.INJECTIVE, reads=(1, 3),
     since=(1, 2, 11, 13, 18, 19, 21), adapt=_pad_adapt,
-    doc="Pads (or crops, for negative pads) with a constant, a reflection, the edge or a wrap; "
-        "pads are an input, so its amounts are not known to a per-node index expression.",
+    doc="Pads (or crops, for negative pads) with a constant (default 0; strings: \"\"), a reflection, the "
+        "edge or a wrap; pads are an input, so its amounts are not known to a per-node index expression.",
 )
 
 
@@ -508,13 +508,13 @@ def _shape_rule(ctx: InferContext) -> list[Any]:
 
 Shape = metaop(
     "Shape", inputs=("data",), outputs=("shape: int64",), attrs={"start": int_(0), "end": int_()},
-    rule=_shape_rule,
+    types="T in {all, string}", rule=_shape_rule,
     reference=lambda xs, a: np.array(xs[0].shape[a["start"]:a["end"]], np.int64),
     role=Role.OPAQUE, since=(1, 13, 15, 19, 21), doc="The input's dims [start:end] as int64.",
 )
 
 Size = metaop(
-    "Size", inputs=("data",), outputs=("size: int64",), rule=lambda ctx: [()],
+    "Size", inputs=("data",), outputs=("size: int64",), types="T in {all, string}", rule=lambda ctx: [()],
     reference=lambda xs, a: np.array(xs[0].size, np.int64), role=Role.OPAQUE,
     since=(1, 13, 19, 21), doc="The input's number of elements as an int64 scalar.",
 )

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from metadef.core.dtypes import from_onnx
+from metadef.core.errors import DTypeError
 from metadef.ops.defs.shape_values import (
     Shapes,
     axes_of,
@@ -182,7 +183,7 @@ def _slice_adapt(opset: int, attrs: dict, n_inputs: int) -> tuple[dict, dict]:
 
 Slice = metaop(
     "Slice", inputs=("data", "starts: Tind", "ends: Tind", "axes?: Tind", "steps?: Tind"),
-    outputs=("output",), types=f"T in {{all}}; {INT_INDEX}", rule=_slice_rule,
+    outputs=("output",), types=f"T in {{all, string}}; {INT_INDEX}", rule=_slice_rule,
     reference=_slice_reference, role=Role.INJECTIVE, reads=(1, 2, 3, 4),
     since=(1, 10, 11, 13), adapt=_slice_adapt,
     doc="data[starts:ends:steps] on the given axes; bounds clamp to the dim as in Python.",
@@ -202,7 +203,7 @@ def _gather_rule(ctx: InferContext) -> list[Any]:
 
 Gather = metaop(
     "Gather", inputs=("data", "indices: Tind"), outputs=("output",),
-    types=f"T in {{all}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_gather_rule,
+    types=f"T in {{all, string}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_gather_rule,
     reference=lambda xs, a: np.take(xs[0], xs[1], axis=a["axis"]),  # negative indices wrap
     role=Role.INJECTIVE, since=(1, 11, 13),
     doc="Takes entries of data along axis at the indices (negative: from the back).",
@@ -230,7 +231,7 @@ def _gather_elements_reference(inputs: list, attrs: Mapping[str, Any]) -> np.nda
 
 GatherElements = metaop(
     "GatherElements", inputs=("data", "indices: Tind"), outputs=("output",),
-    types=f"T in {{all}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_gather_elements_rule,
+    types=f"T in {{all, string}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_gather_elements_rule,
     reference=_gather_elements_reference, role=Role.INJECTIVE, since=(11, 13),
     doc="output[i][j] = data[indices[i][j]][j] for axis 0 (and so on for other axes).",
 )
@@ -263,7 +264,7 @@ def _gathernd_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 GatherND = metaop(
-    "GatherND", inputs=("data", "indices: int64"), outputs=("output",),
+    "GatherND", inputs=("data", "indices: int64"), outputs=("output",), types="T in {all, string}",
     attrs={"batch_dims": int_(0)}, rule=_gathernd_rule, reference=_gathernd_reference,
     role=Role.INJECTIVE, since=(11, 12, 13),
     doc="Gathers slices of data at the index tuples in the last dim of indices.",
@@ -282,6 +283,9 @@ def _check_reduction(ctx: InferContext) -> None:
     r = ctx.attrs.get("reduction", "none")
     if r not in SCATTER_REDUCTIONS:
         ctx.fail(f"reduction {r!r} is not one of {', '.join(SCATTER_REDUCTIONS)}")
+    if r not in ("none", "add") and ctx.dtype(0).is_string:  # (add concatenates, as ONNX Runtime does)
+        raise DTypeError(f"op {ctx.op.name} (node {ctx.node}): reduction {r!r} combines numbers, but data "
+                         "is a string tensor; strings take reduction 'none' or 'add' (concatenation)")
 
 
 def _scatternd_rule(ctx: InferContext) -> list[Any]:
@@ -304,7 +308,7 @@ def _scatternd_reference(inputs: list, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 ScatterND = metaop(
-    "ScatterND", inputs=("data", "indices: int64", "updates"), outputs=("output",),
+    "ScatterND", inputs=("data", "indices: int64", "updates"), outputs=("output",), types="T in {all, string}",
     attrs={"reduction": string("none")}, rule=_scatternd_rule, reference=_scatternd_reference,
     role=Role.INJECTIVE, since=(11, 13, 16, 18),
     doc="A copy of data with slices at the index tuples replaced by (or combined with) updates.",
@@ -336,7 +340,7 @@ def _scatter_elements_reference(inputs: list, attrs: Mapping[str, Any]) -> np.nd
 
 ScatterElements = metaop(
     "ScatterElements", inputs=("data", "indices: Tind", "updates"), outputs=("output",),
-    types=f"T in {{all}}; {INT_INDEX}", attrs={"axis": int_(0), "reduction": string("none")},
+    types=f"T in {{all, string}}; {INT_INDEX}", attrs={"axis": int_(0), "reduction": string("none")},
     rule=_scatter_elements_rule, reference=_scatter_elements_reference, role=Role.INJECTIVE,
     since=(11, 13, 16, 18),
     doc="output[indices[i][j]][j] = updates[i][j] for axis 0 (combined by reduction).",
@@ -344,7 +348,7 @@ ScatterElements = metaop(
 
 Scatter = metaop(
     "Scatter", inputs=("data", "indices: Tind", "updates"), outputs=("output",),
-    types=f"T in {{all}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_scatter_elements_rule,
+    types=f"T in {{all, string}}; {INT_INDEX}", attrs={"axis": int_(0)}, rule=_scatter_elements_rule,
     reference=_scatter_elements_reference, role=Role.INJECTIVE, since=(9,),
     doc="The opset-9 name of ScatterElements (deprecated at 11), without reduction.",
 )
@@ -353,7 +357,7 @@ Scatter = metaop(
 # --- NonZero, Compress, ReverseSequence -------------------------------------------------
 
 NonZero = metaop(
-    "NonZero", inputs=("X",), outputs=("Y: int64",),
+    "NonZero", inputs=("X",), outputs=("Y: int64",), types="T in {all, string}",
     rule=lambda ctx: [(ctx.fresh("rank") if ctx.rank(0) is None else ctx.rank(0),
                        ctx.fresh("nonzero"))],
     reference=lambda xs, a: np.array(np.nonzero(xs[0]), dtype=np.int64).reshape(xs[0].ndim, -1),
@@ -377,7 +381,7 @@ def _compress_rule(ctx: InferContext) -> list[Any]:
 
 
 Compress = metaop(
-    "Compress", inputs=("input", "condition: bool"), outputs=("output",),
+    "Compress", inputs=("input", "condition: bool"), outputs=("output",), types="T in {all, string}",
     attrs={"axis": int_()}, rule=_compress_rule,
     reference=lambda xs, a: np.compress(xs[1].reshape(-1), xs[0], axis=a["axis"]),
     role=Role.OPAQUE, reads=(1,), since=(9, 11),
@@ -411,7 +415,7 @@ def _reverse_sequence_reference(inputs: list, attrs: Mapping[str, Any]) -> np.nd
 
 
 ReverseSequence = metaop(
-    "ReverseSequence", inputs=("input", "sequence_lens: int64"), outputs=("Y",),
+    "ReverseSequence", inputs=("input", "sequence_lens: int64"), outputs=("Y",), types="T in {all, string}",
     attrs={"batch_axis": int_(1), "time_axis": int_(0)}, rule=_reverse_sequence_rule,
     reference=_reverse_sequence_reference, role=Role.INJECTIVE, since=(10,),
     doc="Reverses the first sequence_lens[b] steps along time_axis of each batch entry b.",
@@ -450,7 +454,7 @@ def _onehot_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> str:
 
 OneHot = metaop(
     "OneHot", inputs=("indices: T1", "depth: T2", "values: T3"), outputs=("output: T3",),
-    types="T1 in {numeric}; T2 in {numeric}; T3 in {all}", attrs={"axis": int_(-1)},
+    types="T1 in {numeric}; T2 in {numeric}; T3 in {all, string}", attrs={"axis": int_(-1)},
     rule=_onehot_rule, semantics=_onehot_semantics, role=Role.INJECTIVE, reads=(1,),
     since=(9, 11), doc="values[1] where the index (negative: from depth) equals the new axis's "
                        "position, values[0] elsewhere (also for out-of-range indices).",

@@ -402,17 +402,17 @@ def _center_crop_pad_reference(inputs: list, attrs: Mapping[str, Any]) -> np.nda
         elif want > have:
             target[a] = slice(lo, lo + have)
         out_shape[a] = want
-    out = np.zeros(out_shape, x.dtype)
+    out = np.full(out_shape, "" if x.dtype == object else 0, x.dtype)  # strings pad with "", as Pad does
     out[tuple(target)] = x[tuple(source)]
     return out
 
 
 CenterCropPad = metaop(
     "CenterCropPad", inputs=("input_data", "shape: Tind"), outputs=("output_data",),
-    types="T in {all}; Tind in {int32, int64}", attrs={"axes": ints()},
+    types="T in {all, string}; Tind in {int32, int64}", attrs={"axes": ints()},
     rule=_center_crop_pad_rule, reference=_center_crop_pad_reference, role=Role.INJECTIVE,
     reads=(1,), since=(18,),
-    doc="Crops (or zero-pads) the given axes to shape around their centre.",
+    doc="Crops (or zero-pads; strings pad with empty ones) the given axes to shape around their centre.",
 )
 
 
@@ -448,8 +448,8 @@ def _unique_reference(inputs: list, attrs: Mapping[str, Any]) -> tuple[np.ndarra
 Unique = metaop(
     "Unique", inputs=("X",), outputs=("Y", "indices: int64", "inverse_indices: int64",
                                       "counts: int64"),
-    attrs={"axis": int_(), "sorted": int_(1)}, rule=_unique_rule, reference=_unique_reference,
-    role=Role.OPAQUE, since=(11,),
+    types="T in {all, string}", attrs={"axis": int_(), "sorted": int_(1)}, rule=_unique_rule,
+    reference=_unique_reference, role=Role.OPAQUE, since=(11,),
     doc="The distinct elements (or slices along axis), sorted or in order of first "
         "occurrence, with their first indices, the inverse map and their counts.",
 )
