@@ -21,7 +21,7 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
-  (:mod:`.native_depthwise`).
+  (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes.
 
@@ -201,14 +201,15 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_depthwise": _depthwise,
+    "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthwise"})
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthwise", "md_maxpool3x3"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
-VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_transpose", "md_pad2d", "md_run_program", "md_run_tasks",
-                                "md_winograd_out"})
+VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
+                                "md_run_tasks", "md_winograd_out"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).

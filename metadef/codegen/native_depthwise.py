@@ -85,16 +85,23 @@ LANES = ir.Constant(ir.VectorType(I64, 8), list(range(8)))
 
 
 
-def _interior(module: ir.Module, stride: int | None) -> ir.Function:
+def _maximum(module: ir.Module, typ: ir.Type) -> ir.Function:
+    """``llvm.maximum`` (NaN in, NaN out, as numpy's max) for ``typ``: a float or 8 of them."""
+    name = "llvm.maximum." + ("v8f32" if typ == V8 else "f32")
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(typ, [typ, typ]), name)
+
+
+def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.Function:
     """``plane(y, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half)``: every output row of one
     plane from the padded plane (lines ``span`` floats apart), the taps loaded once and
     unrolled. Strides 1 and 2 take 8 outputs a step in vectors, a row's last few in one masked
     step; for stride 2 the lines are deinterleaved (even columns, then the odd ones from
-    ``half`` on), so every tap is one contiguous load. Other strides go one output at a time."""
-    fn, b = _internal(module, f"md_dw_plane{stride or 'n'}",
+    ``half`` on), so every tap is one contiguous load. Other strides go one output at a time.
+    ``pool``: the maximum of the nine taps' inputs and ``beta`` instead (``w`` unread)."""
+    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}_plane{stride or 'n'}",
                       [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
     y_plane, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half = fn.args
-    taps = [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
+    taps = [] if pool else [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
     step = I64(stride) if stride else sw
     row: dict[str, Any] = {}  # the output row being built: its output and three input lines
 
@@ -104,7 +111,8 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
         for r in range(3):
             for s in range(3):
                 v = b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32)
-                acc = b.fadd(acc, b.fmul(taps[3 * r + s], v, flags=["contract"]), flags=["contract"])
+                acc = b.call(_maximum(module, F32), [acc, v]) if pool else \
+                    b.fadd(acc, b.fmul(taps[3 * r + s], v, flags=["contract"]), flags=["contract"])
         b.store(_bounded(b, acc, lo, hi), _elem(b, row["y"], o))
 
     def for_each_row(body: Callable[[], None]) -> None:
@@ -136,7 +144,7 @@ def _interior(module: ir.Module, stride: int | None) -> ir.Function:
                 if stride == 2:  # the line is deinterleaved: column 2o + s is E[o], O[o], E[o + 1]
                     at = _elem(b, row["lines"][r], b.add(o, half) if s == 1 else b.add(o, I64(s // 2)))
                 v = b.load(at, typ=V8, align=4)
-                acc = b.call(fma, [wide[3 * r + s], v, acc])
+                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [wide[3 * r + s], v, acc])
         result = _bounded(b, acc, low, high)
         if not masked:
             b.store(result, _elem(b, row["y"], o), align=4)
@@ -216,9 +224,12 @@ def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value) -> Non
           lambda c: b.store(b.load(_elem(b, src, c), typ=F32), _elem(b, dst, c)))
 
 
-def _depthwise(module: ir.Module) -> None:
-    rows = {s: _interior(module, s) for s in (1, 2, None)}
-    b, args, dims = _define(module, "md_depthwise")
+def _depthwise(module: ir.Module, pool: bool = False) -> None:
+    """``md_depthwise``, or with ``pool`` ``md_maxpool3x3``: the same walk over padded planes
+    (padded with -inf, not zeros), each output the maximum of its window; ``w`` and ``bias``
+    are not read (null)."""
+    rows = {s: _interior(module, s, pool) for s in (1, 2, None)}
+    b, args, dims = _define(module, "md_maxpool3x3" if pool else "md_depthwise")
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(DEPTHWISE_DIMS)}
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
@@ -231,16 +242,21 @@ def _depthwise(module: ir.Module) -> None:
     half = b.add(b.sdiv(b.add(reach, I64(1)), I64(2)), I64(8))  # (stride 2: E[0, half), O[half, span))
     span = b.mul(half, I64(2))
     tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(3)), b.add(pt, height))
-    padded = b.alloca(F32, size=b.add(b.mul(span, tall), I64(16)))
-    b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),
-           [padded, ir.IntType(8)(0), b.mul(b.mul(span, tall), I64(4)), ir.IntType(1)(0)])
+    padded = b.alloca(F32, size=b.add(b.mul(span, tall), I64(24)))
+    if pool:  # -inf around the image (and in the slack), 8 floats a step
+        fill = _splat(b, F32(-math.inf))
+        _loop(b, I64(0), b.sdiv(b.add(b.mul(span, tall), I64(23)), I64(8)),
+              lambda k: b.store(fill, b.bitcast(_elem(b, padded, b.mul(k, I64(8))), V8.as_pointer()), align=4))
+    else:
+        b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),
+               [padded, ir.IntType(8)(0), b.mul(b.mul(span, tall), I64(4)), ir.IntType(1)(0)])
 
     def plane(p: ir.Value) -> None:
         channel = b.srem(p, d["c"])
         xp = _elem(b, x, b.mul(p, b.mul(height, width)))
         yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
         wc = _elem(b, w, b.mul(channel, I64(9)))
-        beta = b.load(_elem(b, bias, channel), typ=F32)
+        beta = F32(-math.inf) if pool else b.load(_elem(b, bias, channel), typ=F32)
         def copy(r: ir.Value) -> None:
             line, src = _elem(b, padded, b.mul(b.add(r, pt), span)), _elem(b, xp, b.mul(r, width))
             _if(b, b.icmp_signed("!=", sw, I64(2)), lambda: _copy(b, _elem(b, line, pl), src, width))
@@ -260,11 +276,11 @@ def stack_floats(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[in
 
     Example:
         >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1))
-        4308
+        4316
     """
     reach = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1])
     span = 2 * ((reach + 1) // 2 + 8)
-    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0]) + 16
+    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0]) + 24
 
 
 __all__ = ["DEPTHWISE_DIMS", "depthwise_dims", "stack_floats"]

@@ -90,11 +90,27 @@ def pack_conv1x1_weights(w: np.ndarray) -> np.ndarray:
         >>> pack_conv1x1_weights(np.ones((7, 3), np.float32)).shape
         (2, 3, 6)
     """
-    cout, cin = w.shape[0], int(np.prod(w.shape[1:]))
-    panels = -(-cout // MR)
-    padded = np.zeros((panels * MR, cin), np.float32)
-    padded[:cout] = w.reshape(cout, cin)
-    return np.ascontiguousarray(padded.reshape(panels, MR, cin).transpose(0, 2, 1))
+    return pack_rows(w.reshape(w.shape[0], -1), MR)
+
+
+def pack_rows(w: np.ndarray, block: int) -> np.ndarray:
+    """The rows of ``w [rows, depth]`` in panels of ``block``: ``[ceil(rows/block), depth, block]``,
+    the last panel zero-padded; one pass over the weights (packing runs on a session's first
+    use of a shape, so its cost is time to the first output).
+
+    Example:
+        >>> pack_rows(np.arange(6, dtype=np.float32).reshape(3, 2), 2)[:, :, :].tolist()
+        [[[0.0, 2.0], [1.0, 3.0]], [[4.0, 0.0], [5.0, 0.0]]]
+    """
+    rows, depth = w.shape
+    panels, full = -(-rows // block), rows // block
+    out = np.empty((panels, depth, block), np.float32)
+    if full:
+        out[:full] = w[:full * block].reshape(full, block, depth).transpose(0, 2, 1)
+    if full < panels:
+        out[full] = 0
+        out[full, :, :rows - full * block] = w[full * block:].T
+    return out
 
 
 def _bits(x: float) -> int:
@@ -441,17 +457,21 @@ def _conv1x1(module: ir.Module) -> None:
 
 
 def pack_gemm_weights(w: np.ndarray) -> np.ndarray:
-    """``W [k, n]`` in the panels ``md_gemm`` reads: ``[ceil(n/16), k, 16]``, zero-padded.
+    """``W [k, n]`` in the panels ``md_gemm`` reads: ``[ceil(n/16), k, 16]``, zero-padded (one pass).
 
     Example:
         >>> pack_gemm_weights(np.ones((3, 20), np.float32)).shape
         (2, 3, 16)
     """
     k, n = w.shape
-    panels = -(-n // NR)
-    padded = np.zeros((k, panels * NR), np.float32)
-    padded[:, :n] = w
-    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
+    panels, full = -(-n // NR), n // NR
+    out = np.empty((panels, k, NR), np.float32)
+    if full:
+        out[:full] = w[:, :full * NR].reshape(k, full, NR).transpose(1, 0, 2)
+    if full < panels:
+        out[full] = 0
+        out[full, :, :n - full * NR] = w[:, full * NR:]
+    return out
 
 
 def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math.inf, task: int = 0,
@@ -505,4 +525,4 @@ def _gemm(module: ir.Module) -> None:
 
 
 __all__ = ["CONV1X1T_DIMS", "CONV1X1_DIMS", "GEMM_DIMS", "MR", "NR", "TRANSPOSE_DIMS", "conv1x1_dims", "conv1x1t_dims",
-           "gemm_dims", "pack_conv1x1_weights", "pack_gemm_weights", "transpose_dims"]
+           "gemm_dims", "pack_conv1x1_weights", "pack_gemm_weights", "pack_rows", "transpose_dims"]

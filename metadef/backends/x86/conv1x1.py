@@ -38,6 +38,7 @@ from metadef.backends.x86.native import (
     Lowering,
     NativeStep,
     Shape,
+    known_choice,
     measured_choice,
     needing,
     needs,
@@ -52,14 +53,17 @@ from metadef.codegen.native_gemm import (
     conv1x1_dims,
     conv1x1t_dims,
     pack_conv1x1_weights,
-    pack_gemm_weights,
+    pack_rows,
     transpose_dims,
 )
 from metadef.ir import Node, Value
+from metadef.ops.defs.nn_pool import window
 
 OWN = "own micro-kernel, epilogue fused"
 OWN_C = "own micro-kernel, channels outer"
 OWN_T = "own micro-kernel, pixels as rows"
+PARALLEL_PRODUCT = 1 << 20
+"""A product of our kernels splits across threads from this many multiply-adds (~10 us of work)."""
 PRODUCT_ROUTINES = ("md_conv1x1", "md_conv1x1t", "md_transpose", "md_sgemm", "md_copy")
 """The routines a :class:`WeightProduct` may call (or time)."""
 MIN_PIXELS = 64
@@ -159,7 +163,7 @@ class WeightProduct:
             if kind == OWN:
                 self._packed[kind] = (pack_conv1x1_weights(self.weight), np.zeros(self.cout, np.float32))
             else:
-                w = pack_gemm_weights(np.ascontiguousarray(self.weight.T))
+                w = pack_rows(self.weight, NR)  # = pack_gemm_weights(Wᵀ), without a transposed copy
                 b = np.zeros(w.shape[0] * NR, np.float32)
                 if self.bias is not None and self.bias_arg is not NULL:
                     b[:self.cout] = np.asarray(self.bias, np.float32).reshape(-1)
@@ -174,6 +178,11 @@ class WeightProduct:
             possible = self.rows_possible if PREFER == OWN_T else p >= NR if PREFER in (OWN, OWN_C) else True
             return PREFER if possible else BLAS
         cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
+        key = ("weights x image", depth, cout, p, self.residual, *self.bounds)
+        names = [BLAS, *((OWN, OWN_C) if p >= MIN_PIXELS else ()), *((OWN_T,) if self.rows_possible else ())]
+        known = known_choice(key, names)
+        if known is not None:
+            return known
         x = np.ones((depth, p), np.float32)
         xt = np.ones((p, depth), np.float32)
         y = np.ones((cout, p), np.float32)
@@ -203,7 +212,8 @@ class WeightProduct:
                 xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
                 conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi))
             candidates[OWN_T] = lambda: (flip(), rows())
-        return measured_choice(("weights x image", depth, cout, p, self.residual, *self.bounds), candidates)[0]
+        assert sorted(candidates) == sorted(names)
+        return measured_choice(key, candidates)[0]
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
               what: str) -> tuple[list[Call], int]:
@@ -222,7 +232,7 @@ class WeightProduct:
             outer = -(-cout // MR) if order else -(-p // NR)
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
-                if count < 2 or n * cout * p < PARALLEL_ELEMENTS or n * outer < count:
+                if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * outer < count:
                     return None
                 return [conv1x1_dims(n, depth, cout, p, **base, order=order, task=t, tasks=count)
                         for t in range(count)]
@@ -236,7 +246,7 @@ class WeightProduct:
             return [transpose_dims(n, depth, p, t, count) for t in range(count)]
 
         def row_tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * cout * p < PARALLEL_ELEMENTS or n * -(-cout // NR) < count:
+            if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * -(-cout // NR) < count:
                 return None
             return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count) for t in range(count)]
 
@@ -282,6 +292,42 @@ def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bia
         return otherwise(inputs, outputs, symbols)
 
     return needing(lower, *needs(otherwise), *PRODUCT_ROUTINES)
+
+
+def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
+    """A float32 2-D MaxPool with a 3x3 window, dilation 1 and no Indices output as one
+    ``md_maxpool3x3`` call (``md_depthwise``'s walk over padded planes, taking maxima);
+    ``otherwise`` (the generated kernel) for any other pool or shape."""
+    attrs = node.attrs
+    out_type = node.outputs[0].type if node.outputs and node.outputs[0] is not None else None
+    if node.qualop != "MaxPool" or len([v for v in node.outputs if v is not None]) != 1 or out_type is None \
+            or out_type.dtype.numpy != np.float32 or list(attrs.get("kernel_shape") or []) != [3, 3] \
+            or any(d != 1 for d in attrs.get("dilations") or [1, 1]):
+        return otherwise
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        sx = inputs[0]
+        if sx is None or len(sx) != 4 or len(outputs[0]) != 4:
+            return otherwise(inputs, outputs, symbols)
+        win = window(attrs, sx[2:], (3, 3))
+        begin = (int(win.begin[0]), int(win.begin[1]))
+        strides = (int(win.strides[0]), int(win.strides[1]))
+        n, c, h, w = sx
+        out_hw = (int(outputs[0][2]), int(outputs[0][3]))
+        if min(begin) < 0 or stack_floats((h, w), out_hw, strides, begin) > STACK_FLOATS or 0 in (*sx, *out_hw):
+            return otherwise(inputs, outputs, symbols)
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or n * c < count or n * c * out_hw[0] * out_hw[1] < PARALLEL_ELEMENTS:
+                return None
+            return [depthwise_dims(n, c, (h, w), out_hw, strides, begin, task=t, tasks=count) for t in range(count)]
+
+        call = Call(native_function("md_maxpool3x3"), (Arg("in", 0), NULL, NULL, Arg("out", 0)),
+                    depthwise_dims(n, c, (h, w), out_hw, strides, begin), "maxpool 3x3", tasks)
+        return NativeStep((call,))
+
+    return needing(lower, *needs(otherwise), "md_maxpool3x3")
 
 
 def depthwise3x3(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype) -> bool:
@@ -330,4 +376,4 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
 
 
 __all__ = ["OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
-           "depthwise3x3", "depthwise_lowering", "epilogue_form", "pointwise", "pointwise_lowering"]
+           "depthwise3x3", "depthwise_lowering", "epilogue_form", "maxpool_lowering", "pointwise", "pointwise_lowering"]

@@ -29,6 +29,7 @@ from metadef.backends.x86.native import (
     _blas,
     _f32,
     kernel_tasks,
+    known_choice,
     measured_choice,
     needing,
     needs,
@@ -69,6 +70,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     where they measure faster than sgemm (:func:`im2col_product`)."""
     group = int(attrs.get("group") or 1)
     transformed: list[np.ndarray] = []
+    per_product: list[WeightProduct] = []
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -96,7 +98,8 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                 and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8:
             if not transformed:
                 transformed.append(winograd_weights(weight))
-            step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0])
+            step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0],
+                                       per_product)
             if step is not None:
                 return step
         direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
@@ -126,7 +129,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         depthwise_only = weight is not None and weight.shape[1] == 1 and weight.shape[0] == group
         routines += ["md_pad2d"] if depthwise_only else ["md_pad2d", "md_conv2d"]
     elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
-        routines += ["md_winograd_in", "md_winograd_out"]
+        routines += ["md_winograd_in", "md_winograd_out", *PRODUCT_ROUTINES]
     return needing(lower, *routines)
 
 
@@ -167,6 +170,9 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     oh, ow = out_hw
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
     one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
+    known = known_choice(("conv2d 3x3 per image", *one[1:]), ("winograd", "im2col"))
+    if known is not None:
+        return known == "winograd", "stored"
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
     m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
     gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
@@ -274,10 +280,13 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
-                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray) -> NativeStep | None:
+                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray,
+                        per_product: list[WeightProduct]) -> NativeStep | None:
     """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
-    per image, the input transform split over the channels, the 16 products as one batched
-    sgemm split over them, the output transform split over the output channels."""
+    per image, the input transform split over the channels, the 16 products (``U_t V_t``: the
+    transformed weights times the transformed input) as one batched sgemm split over them, or
+    as 16 calls of our kernels where they measure faster (``per_product``: their
+    :class:`WeightProduct` s, made once), the output transform split over the output channels."""
     wins, timings = winograd_wins(sx, sw, out_hw, begin, has_bias)
     if not wins:
         return None
@@ -299,15 +308,26 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
 
     scratch = Arg("scratch", 0)
     what = f"conv2d winograd F(2x2,3x3) (measured: {timings})"
+    if not per_product:
+        per_product.extend(WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf)) for t in range(16))
+    kind = per_product[0].choice(tiles)
     calls: list[Call] = []
+    work = 0
     for i in range(n):
         calls.append(Call(native_function("md_winograd_in"), (sources[0].at(4 * i * c * h * w), scratch),
                           (*one, 0, 1), what + " input", split(c)))
-        calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
-                                 *_blas("sgemv")), 16, k, tiles, c, what + " products", **products))
+        if kind == BLAS:
+            calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
+                                     *_blas("sgemv")), 16, k, tiles, c, what + " products", **products))
+        for t in range(16 if kind != BLAS else 0):
+            more, work = per_product[t].calls(kind, 1, tiles, scratch.at(4 * t * c * tiles), None,
+                                              scratch.at(m_offset + 4 * t * k * tiles), Arg("scratch", 1),
+                                              "conv2d winograd product")
+            calls += more
         calls.append(Call(native_function("md_winograd_out"), (scratch, out.at(4 * i * k * oh * ow), bias),
                           (*one, 0, 1), what + " output", split(k)))
-    return NativeStep(tuple(calls), (wino_work,), (u,))
+    keep = (u,) if kind == BLAS else (u, *(a for product in per_product for a in product.keep()))
+    return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
 
 
 def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int], sources: Sequence[Arg],

@@ -190,8 +190,8 @@ def generated_node(node: Node) -> Choice | str:
     if isinstance(kernel, str):
         return kernel
     present = [i for i, v in enumerate(node.inputs) if v is not None]
-    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel",
-                  native=native.kernel_lowering(kernel, present, range(len(node.outputs))))
+    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel", native=conv1x1
+                  .maxpool_lowering(node, native.kernel_lowering(kernel, present, range(len(node.outputs)))))
 
 
 def generated_group(node: Node) -> Choice | str:

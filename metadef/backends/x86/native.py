@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,11 +328,10 @@ def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], 
     process and in the compile cache's shape level, so a new process on this machine does not
     time it again: ``(name, the timings as text)``. The decision is logged under ``METADEF_DEBUG=1``."""
     with _CHOICE_LOCK:
-        found = _CONV_CHOICES.get(key)
+        found = _known_choice(key, candidates)
         if found is not None:
             return found
-        cache_key = shape_key(kernel_key(f"measured choice {key!r} among {sorted(candidates)}"), {})
-        found = _stored_choice(cache_key, candidates)
+        cache_key = _choice_key(key, candidates)
         if found is None:
             times = dict.fromkeys(candidates, math.inf)
             for run in candidates.values():
@@ -352,7 +351,29 @@ def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], 
         return found
 
 
-def _stored_choice(cache_key: Any, candidates: Mapping[str, Any]) -> tuple[str, str] | None:
+def _choice_key(key: tuple[Any, ...], names: Iterable[str]) -> Any:
+    return shape_key(kernel_key(f"measured choice {key!r} among {sorted(names)}"), {})
+
+
+def _known_choice(key: tuple[Any, ...], names: Collection[str]) -> tuple[str, str] | None:
+    found = _CONV_CHOICES.get(key)
+    if found is None:
+        found = _stored_choice(_choice_key(key, names), names)
+        if found is not None:
+            _CONV_CHOICES[key] = found
+    return found
+
+
+def known_choice(key: tuple[Any, ...], names: Collection[str]) -> str | None:
+    """The winner of a :func:`measured_choice` among ``names`` already made for ``key`` (in this
+    process or stored in the cache), else None: callers check it before they allocate the
+    arrays that measuring needs."""
+    with _CHOICE_LOCK:
+        found = _known_choice(key, names)
+    return None if found is None else found[0]
+
+
+def _stored_choice(cache_key: Any, candidates: Collection[str]) -> tuple[str, str] | None:
     try:
         entry = Store().get(cache_key)
     except (OSError, ValueError):
@@ -430,4 +451,4 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 
 __all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]
+           "known_choice", "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]

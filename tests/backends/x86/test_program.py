@@ -181,12 +181,18 @@ def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
     assert not np.shares_memory(got["f"], got["y"])
 
 
-@pytest.mark.parametrize("choice", ["winograd", "im2col"])
+@pytest.mark.parametrize(("choice", "products"), [
+    ("winograd", "sgemm"), ("winograd", "own micro-kernel, epilogue fused"),
+    ("winograd", "own micro-kernel, pixels as rows"), ("im2col", None)])
 @pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1)])
 def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest.MonkeyPatch, choice: str,
-                                                             size: int, pad: int) -> None:
-    from metadef.backends.x86 import conv_lowering
+                                                             products: str | None, size: int, pad: int) -> None:
+    """Winograd's 16 products through sgemm or our kernels (pixels as columns where a tile
+    of 16 fits, as rows), or im2col, against the reference, on 1 and 2 threads."""
+    from metadef.backends.x86 import conv1x1, conv_lowering
+    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
     monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    monkeypatch.setattr(conv1x1, "PREFER", products)
     out = size + 2 * pad - 2
     g = _graph(f"""graph g(%x: f32[n,8,{size},{size}]) -> (%y) {{
       %w: f32[12,8,3,3] = const
@@ -201,6 +207,9 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
         sess.executable.programs.give_back(program)
         expect = "conv2d winograd" if choice == "winograd" else "conv2d im2col"
         assert any(kind.startswith(expect) for kind in program.call_kinds), program.call_kinds
+        own = sum(v for kind, v in program.call_kinds.items() if kind.startswith("conv2d winograd product own"))
+        tiles = ((out + 1) // 2) ** 2
+        assert own == (2 * 16 if products == conv1x1.OWN_T or (products == conv1x1.OWN and tiles >= 16) else 0)
 
 
 def test_same_structure_other_weights_in_one_process_gets_its_own_weights() -> None:
