@@ -160,36 +160,68 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(V8, [0.0] * 8)
     _prefetch_block(module, b, y, y_row, res, mr, transposed)
-    pre = b.block
-    head = b.append_basic_block("k")
-    done = b.append_basic_block("store")
-    b.cbranch(b.icmp_signed("<", I64(0), depth), head, done)
-    b.position_at_end(head)
-    k = b.phi(I64)
-    k.add_incoming(I64(0), pre)
-    acc = [[b.phi(V8) for _ in range(2)] for _ in range(mr)]
-    for row in acc:
-        for a in row:
-            a.add_incoming(zero, pre)
-    src = _elem(b, v, b.mul(k, v_step))
-    vs = [b.load(_elem(b, src, I64(8 * h)), typ=V8, align=4) for h in range(2)]
-    scalars = _elem(b, s, b.mul(k, s_step))
-    nxt = []
-    for r in range(mr):
-        a = _splat(b, b.load(_elem(b, scalars, b.mul(I64(r), s_row)), typ=F32))
-        nxt.append([b.call(fma, [a, vs[h], acc[r][h]]) for h in range(2)])
-    k1 = b.add(k, I64(1))
-    k.add_incoming(k1, b.block)
-    for r in range(mr):
-        for h in range(2):
-            acc[r][h].add_incoming(nxt[r][h], b.block)
-    b.cbranch(b.icmp_signed("<", k1, depth), head, done)
-    b.position_at_end(done)
-    final = [[b.phi(V8) for _ in range(2)] for _ in range(mr)]
-    for r in range(mr):
-        for h in range(2):
-            final[r][h].add_incoming(zero, pre)
-            final[r][h].add_incoming(nxt[r][h], head)
+
+    def steps(first: ir.Value, last: ir.Value, sets: list[list[list[ir.Value]]]) -> list[list[list[ir.Value]]]:
+        """k from ``first`` to ``last`` (a multiple of ``len(sets)`` apart), step ``j`` of each
+        round into accumulator set ``j``: the sets' chains of FMAs are independent."""
+        pre = b.block
+        head, after = b.append_basic_block("k"), b.append_basic_block("k_done")
+        b.cbranch(b.icmp_signed("<", first, last), head, after)
+        b.position_at_end(head)
+        k = b.phi(I64)
+        k.add_incoming(first, pre)
+        phis = [[[b.phi(V8) for _ in range(2)] for _ in range(mr)] for _ in sets]
+        for phi_set, init in zip(phis, sets):
+            for phi_row, init_row in zip(phi_set, init):
+                for phi, value in zip(phi_row, init_row):
+                    phi.add_incoming(value, pre)
+        new = []
+        for j, acc in enumerate(phis):
+            kj = b.add(k, I64(j))
+            src = _elem(b, v, b.mul(kj, v_step))
+            vs = [b.load(_elem(b, src, I64(8 * h)), typ=V8, align=4) for h in range(2)]
+            scalars = _elem(b, s, b.mul(kj, s_step))
+            rows_now = []
+            for r in range(mr):
+                a = _splat(b, b.load(_elem(b, scalars, b.mul(I64(r), s_row)), typ=F32))
+                rows_now.append([b.call(fma, [a, vs[h], acc[r][h]]) for h in range(2)])
+            new.append(rows_now)
+        k1 = b.add(k, I64(len(sets)))
+        k.add_incoming(k1, b.block)
+        for phi_set, new_set in zip(phis, new):
+            for phi_row, new_row in zip(phi_set, new_set):
+                for phi, value in zip(phi_row, new_row):
+                    phi.add_incoming(value, b.block)
+        body = b.block
+        b.cbranch(b.icmp_signed("<", k1, last), head, after)
+        b.position_at_end(after)
+        out = []
+        for init, new_set in zip(sets, new):
+            out_set = []
+            for init_row, new_row in zip(init, new_set):
+                row = []
+                for value, updated in zip(init_row, new_row):
+                    phi = b.phi(V8)
+                    phi.add_incoming(value, pre)
+                    phi.add_incoming(updated, body)
+                    row.append(phi)
+                out_set.append(row)
+            out.append(out_set)
+        return out
+
+    # one or two rows give one or two chains of FMAs per half: latency-bound (a GEMV); they
+    # run 4 or 2 chains over interleaved steps, summed before the last few steps
+    zeros = [[zero, zero] for _ in range(mr)]
+    ways = {1: 4, 2: 2}.get(mr, 1)
+    if ways == 1:
+        final = steps(I64(0), depth, [zeros])[0]
+    else:
+        main = b.mul(b.sdiv(depth, I64(ways)), I64(ways))
+        parts = steps(I64(0), main, [zeros] * ways)
+        total = [[parts[0][r][h] for h in range(2)] for r in range(mr)]
+        for part in parts[1:]:
+            total = [[b.fadd(total[r][h], part[r][h]) for h in range(2)] for r in range(mr)]
+        final = steps(main, depth, [total])[0]
     low, high = _splat(b, lo), _splat(b, hi)
     with_res = b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0))
     whole = b.icmp_signed("==", cols, I64(NR))
