@@ -211,8 +211,9 @@ def _deinterleave(b: ir.IRBuilder, line: ir.Value, src: ir.Value, width: ir.Valu
 
 
 def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value) -> None:
-    """``width`` floats from ``src`` to ``dst``, 8 a step, then one at a time: inline, since
-    a call of memcpy per row costs more than the copy itself on small planes (7 floats)."""
+    """``width`` floats from ``src`` to ``dst``, 8 a step, the last few through one masked
+    load and store: inline, since a call of memcpy per row costs more than the copy itself on
+    small planes (7 floats)."""
     blocks = b.sdiv(width, I64(8))
 
     def eight(k: ir.Value) -> None:
@@ -220,8 +221,20 @@ def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value) -> Non
         b.store(b.load(_elem(b, src, at), typ=V8, align=4), b.bitcast(_elem(b, dst, at), V8.as_pointer()), align=4)
 
     _loop(b, I64(0), blocks, eight)
-    _loop(b, b.mul(blocks, I64(8)), width,
-          lambda c: b.store(b.load(_elem(b, src, c), typ=F32), _elem(b, dst, c)))
+    at = b.mul(blocks, I64(8))
+    lanes = b.icmp_signed("<", LANES, _splat(b, b.sub(width, at)))
+    module = b.module
+    mask = ir.VectorType(ir.IntType(1), 8)
+    load = module.globals.get("llvm.masked.load.v8f32.p0") or ir.Function(
+        module, ir.FunctionType(V8, [PTR, I32, mask, V8]), "llvm.masked.load.v8f32.p0")
+    store = module.globals.get("llvm.masked.store.v8f32.p0") or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [V8, PTR, I32, mask]), "llvm.masked.store.v8f32.p0")
+
+    def rest() -> None:
+        v = b.call(load, [_elem(b, src, at), I32(4), lanes, ir.Constant(V8, ir.Undefined)])
+        b.call(store, [v, _elem(b, dst, at), I32(4), lanes])
+
+    _if(b, b.icmp_signed("<", at, width), rest)
 
 
 def _depthwise(module: ir.Module, pool: bool = False) -> None:
