@@ -179,7 +179,9 @@ class WeightProduct:
             return PREFER if possible else BLAS
         cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
         key = ("weights x image", depth, cout, p, self.residual, *self.bounds)
-        names = [BLAS, *((OWN, OWN_C) if p >= MIN_PIXELS else ()), *((OWN_T,) if self.rows_possible else ())]
+        # (channels outer pays for streaming a residual row by row; without one it is not timed)
+        columns = ((OWN, OWN_C) if self.residual else (OWN,)) if p >= MIN_PIXELS else ()
+        names = [BLAS, *columns, *((OWN_T,) if self.rows_possible else ())]
         known = known_choice(key, names)
         if known is not None:
             return known
@@ -200,7 +202,7 @@ class WeightProduct:
         candidates[BLAS] = (lambda: (sgemm(), epilogue())) if fused else sgemm
         if p >= MIN_PIXELS:
             packed = np.ones((-(-cout // MR), depth, MR), np.float32)
-            for kind, order in ((OWN, 0), (OWN_C, 1)):
+            for kind, order in ((OWN, 0), (OWN_C, 1))[:len(columns)]:
                 candidates[kind] = timed_call(native_function("md_conv1x1"), [
                     x.ctypes.data, packed.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
                     conv1x1_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, order=order))

@@ -315,8 +315,11 @@ def gemm_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     return needing(lower, "md_sgemm")
 
 
-MEASURED_ROUNDS = 5
+MEASURED_ROUNDS = 3
 """Each candidate of a measured choice runs this many times, interleaved; its best time counts."""
+DROPPED_AFTER = 1.3
+"""A candidate whose best time is more than this times the best one's after a round runs no
+more rounds (a cold start measures ResNet-50's conv choices in about half the time)."""
 
 _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
@@ -336,11 +339,14 @@ def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], 
             times = dict.fromkeys(candidates, math.inf)
             for run in candidates.values():
                 run()
+            racing = dict(candidates)
             for _ in range(MEASURED_ROUNDS):  # interleaved: a burst of foreign load hits all alike
-                for name, run in candidates.items():
+                for name, run in racing.items():
                     t0 = time.perf_counter()
                     run()
                     times[name] = min(times[name], time.perf_counter() - t0)
+                best = min(times.values())  # a candidate far behind after a round stops running
+                racing = {name: run for name, run in racing.items() if times[name] <= DROPPED_AFTER * best}
             winner = min(times, key=times.__getitem__)
             text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
             found = (winner, text)
