@@ -19,9 +19,11 @@ from metadef.codegen.native_ir import (
     I64,
     PTR,
     _arg,
+    _bounded,
     _Callee,
     _define,
     _elem,
+    _float_bits,
     _if,
     _internal,
     _loop,
@@ -34,9 +36,10 @@ CONV2D_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "kh", "kw", "sh", "sw", "dh"
                "group", "has_bias")
 """The dims of ``md_conv2d``: args are ``[x, w, y, workspace, cblas_sgemm, bias]``."""
 
-WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias")
+WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias", "lo", "hi")
 """The shape dims of a Winograd F(2x2, 3x3) conv (see :data:`WINOGRAD_TASK_DIMS`); its
-workspace is :func:`winograd_workspace` floats and its weights ``u`` are transformed, ``[16, K, C]``."""
+workspace is :func:`winograd_workspace` floats and its weights ``u`` are transformed, ``[16, K, C]``;
+``lo`` and ``hi`` (float32 bits) bound the output (Relu, Clip), as the output transform stores it."""
 
 WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
 """The dims of ``md_winograd_in`` and ``md_winograd_out`` (one image: ``n`` is 1)."""
@@ -221,8 +224,8 @@ def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
     _loop(b, I64(0), tw, tile_in)
     b.ret_void()
 
-    row_out, b = _internal(module, "md_winograd_out_row", [PTR, PTR, I64, I64, I64, F32], (0, 1))
-    m_row, o, tw, o_row, m_stride, beta = row_out.args
+    row_out, b = _internal(module, "md_winograd_out_row", [PTR, PTR, I64, I64, I64, F32, F32, F32], (0, 1))
+    m_row, o, tw, o_row, m_stride, beta, lo, hi = row_out.args
 
     def tile_out(tx: ir.Value) -> None:
         m = [[b.load(_elem(b, m_row, b.add(b.mul(I64(r * 4 + col), m_stride), tx)), typ=F32)
@@ -234,7 +237,7 @@ def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
             outs = [b.fadd(b.fadd(b.fadd(srow[0], srow[1]), srow[2]), beta),
                     b.fadd(b.fsub(b.fsub(srow[1], srow[2]), srow[3]), beta)]
             for j, value in enumerate(outs):
-                b.store(value, _elem(b, corner, b.add(b.mul(I64(i), o_row), I64(j))))
+                b.store(_bounded(b, value, lo, hi), _elem(b, corner, b.add(b.mul(I64(i), o_row), I64(j))))
     _loop(b, I64(0), tw, tile_out)
     b.ret_void()
     return row_in, row_out
@@ -285,6 +288,7 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
                   lay: _WinogradLayout, yn: ir.Value, bias: ir.Value, first: ir.Value, last: ir.Value) -> None:
     """Output channels ``[first, last)`` of one image: each ``M`` tile becomes ``Aᵀ m A`` (+ bias)."""
     has_bias = b.icmp_signed("!=", d["has_bias"], I64(0))
+    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
 
     def out_channel(k: ir.Value) -> None:
         beta = b.select(has_bias, b.load(_elem(b, bias, b.select(has_bias, k, I64(0))), typ=F32), F32(0.0))
@@ -294,7 +298,7 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
         def tile_row(ty: ir.Value) -> None:
             first_tile = _elem(b, lay.m_base, b.add(b.mul(k, lay.tiles), b.mul(ty, lay.tw)))
             b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(2)), lay.o_row)), lay.tw, lay.o_row,
-                             lay.m_stride, beta])
+                             lay.m_stride, beta, lo, hi])
         _loop(b, I64(0), lay.th, tile_row)
 
         def crop() -> None:

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -162,6 +163,10 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
     return NativeStep(tuple(calls), (c * taps * pixels * 4,))
 
 
+def _bound_bits(bounds: tuple[float, float]) -> tuple[int, int]:
+    return tuple(struct.unpack("<I", struct.pack("<f", v))[0] for v in bounds)  # type: ignore[return-value]
+
+
 def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool) -> tuple[bool, str]:
     """Whether Winograd F(2x2,3x3) measures faster than im2col + sgemm for a 3x3 stride-1 conv
     on these shapes (timed on one image of ones, once per shape), and the timings."""
@@ -169,8 +174,8 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     k = sw[0]
     oh, ow = out_hw
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
-    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
-    known = known_choice(("conv2d 3x3 per image", *one[1:]), ("winograd", "im2col"))
+    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits((-math.inf, math.inf)))
+    known = known_choice(("conv2d 3x3 per image", *one[1:10]), ("winograd", "im2col"))
     if known is not None:
         return known == "winograd", "stored"
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
@@ -192,7 +197,7 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
                                                        gemm, 0, gemv], sgemm_dims(16, k, tiles, c, **products)),
               timed_call(native_function("md_winograd_out"), [work.ctypes.data, y.ctypes.data, b.ctypes.data],
                          (*one, 0, 1)))
-    winner, timings = measured_choice(("conv2d 3x3 per image", *one[1:]), {
+    winner, timings = measured_choice(("conv2d 3x3 per image", *one[1:10]), {
         "winograd": lambda: [phase() for phase in phases], "im2col": lambda: (im2col(), product())})
     return winner == "winograd", timings
 
@@ -219,14 +224,17 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
                           sources: Sequence[Arg], residual: Arg | None, out: Arg, bounds: tuple[float, float],
                           otherwise: Lowering) -> Lowering | None:
     """A fused group ``act(conv(x) (+ residual))`` anchored by an ungrouped conv with constant
-    weights: each image's im2col, then our kernel with the epilogue in its stores, where that
-    measures faster than sgemm and Winograd does not take the conv; else ``otherwise`` (the
-    conv's own lowering and the epilogue as a kernel of its own). None: not such a conv."""
+    weights: a 3x3 conv that Winograd takes, without a residual, as Winograd with the bounds
+    in its output transform; else each image's im2col, then our kernel with the epilogue in its
+    stores, where that measures faster than sgemm; else ``otherwise`` (the conv's own lowering
+    and the epilogue as a kernel of its own). None: not such a conv."""
     bias = sources[2] if len(sources) > 2 else NULL
     product = weight_product(attrs, weight, consts, bias, np.dtype(np.float32), residual is not None, bounds)
     if product is None or weight is None:
         return None
     shape = weight.shape
+    transformed: list[np.ndarray] = []  # (this group's Winograd weights, made when it takes Winograd)
+    per_product: list[WeightProduct] = []
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -241,11 +249,17 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
             return otherwise(inputs, outputs, symbols)
         if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) \
                 and min(sx[1], sw[0]) >= 8 and winograd_wins(sx, sw, out_hw, begin, bias is not NULL)[0]:
-            return otherwise(inputs, outputs, symbols)
+            if residual is not None:  # (the output transform bounds what it stores; it adds nothing)
+                return otherwise(inputs, outputs, symbols)
+            if not transformed:
+                transformed.append(winograd_weights(np.asarray(weight, np.float32)))
+            step = _winograd_or_im2col(sx, sw, out_hw, begin, bias is not NULL, sources, bias, out, transformed[0],
+                                       per_product, bounds)
+            return step if step is not None else otherwise(inputs, outputs, symbols)
         step = im2col_product(product, sx, kernel, win, begin, out_hw, sources[0], residual, out)
         return step if step is not None else otherwise(inputs, outputs, symbols)
 
-    return needing(lower, *needs(otherwise), "md_im2col_task", *PRODUCT_ROUTINES)
+    return needing(lower, *needs(otherwise), "md_im2col_task", "md_winograd_in", "md_winograd_out", *PRODUCT_ROUTINES)
 
 
 def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
@@ -281,12 +295,14 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
                         sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray,
-                        per_product: list[WeightProduct]) -> NativeStep | None:
+                        per_product: list[WeightProduct],
+                        bounds: tuple[float, float] = (-math.inf, math.inf)) -> NativeStep | None:
     """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
     per image, the input transform split over the channels, the 16 products (``U_t V_t``: the
     transformed weights times the transformed input) as one batched sgemm split over them, or
     as 16 calls of our kernels where they measure faster (``per_product``: their
-    :class:`WeightProduct` s, made once), the output transform split over the output channels."""
+    :class:`WeightProduct` s, made once), the output transform split over the output channels
+    (``bounds``: a fused Relu or Clip, applied as it stores)."""
     wins, timings = winograd_wins(sx, sw, out_hw, begin, has_bias)
     if not wins:
         return None
@@ -294,7 +310,7 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     k = sw[0]
     oh, ow = out_hw
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
-    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias))
+    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits(bounds))
     wino_work = 4 * winograd_workspace(c, k, oh, ow)
     m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
     products = {"strides": (k * c, c * tiles, k * tiles)}

@@ -275,3 +275,29 @@ def test_a_declared_type_that_inference_contradicts_is_refused_before_any_code_r
       return %z }""")
     with pytest.raises(md.GraphError, match=r"mm \(MatMul\).*K to agree"):
         md.compile(g, target="x86", cache=cache)
+
+
+@pytest.mark.parametrize(("choice", "act"), [("winograd", "Relu"), ("winograd", "Clip"), ("im2col", "Relu")])
+def test_a_fused_3x3_conv_and_activation_by_winograd_bounds_its_output_transform(
+        monkeypatch: pytest.MonkeyPatch, choice: str, act: str) -> None:
+    """Conv + Relu (or Clip) fused: Winograd applies the bounds as its output transform stores
+    (no epilogue kernel); im2col puts them in our kernel's stores."""
+    from metadef.backends.x86 import conv1x1, conv_lowering
+    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    monkeypatch.setattr(conv1x1, "PREFER", conv1x1.OWN)
+    bounds = "" if act == "Relu" else ", %lo, %hi"
+    consts = "" if act == "Relu" else "%lo: f32[] = const [-0.5]\n      %hi: f32[] = const [0.75]\n      "
+    g = _graph(f"""graph g(%x: f32[n,8,9,9]) -> (%z) {{
+      %w: f32[12,8,3,3] = const
+      %b: f32[12] = const
+      {consts}%y: f32[n,12,9,9] = Conv(%x, %w, %b) {{pads=[1,1,1,1]}} @conv
+      %z: f32[n,12,9,9] = {act}(%y{bounds}) @act
+      return %z }}""")
+    g = md.optimize(g, level="aggressive")
+    feeds = {"x": RNG.standard_normal((2, 8, 9, 9), dtype=np.float32)}
+    sess = md.compile(g, target="x86", cache=False)
+    np.testing.assert_allclose(sess.run(feeds)["z"], _reference(g, feeds)["z"], rtol=1e-4, atol=1e-4)
+    kinds = sess.executable.programs.bound({"n": 2}).call_kinds
+    assert "epilogue" not in kinds, kinds
+    assert any(k.startswith("conv2d winograd" if choice == "winograd" else "conv2d im2col") for k in kinds), kinds
