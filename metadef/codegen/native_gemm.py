@@ -312,6 +312,16 @@ def _store_columns(module: ir.Module, b: ir.IRBuilder, out: list[list[ir.Value]]
             b.call(store, [_bounded(b, total, *bounds), _elem(b, y, at), I32(4), mask])
 
 
+def _pointwise_entry(module: ir.Module, name: str, dim_names: tuple[str, ...]
+                     ) -> tuple[ir.IRBuilder, list[ir.Value], dict[str, ir.Value], tuple[ir.Value, ir.Value], ir.Value]:
+    """The entry of a pointwise-conv routine: its builder, args ``[x, w, bias, res, y]``, dims by
+    name, the bounds as floats and whether there is a residual."""
+    b, args, dims = _define(module, name)
+    d = {dim: _arg(b, dims, i, I64) for i, dim in enumerate(dim_names)}
+    return (b, [_arg(b, args, i, PTR) for i in range(5)], d, (_float_bits(b, d["lo"]), _float_bits(b, d["hi"])),
+            b.icmp_signed("!=", d["has_res"], I64(0)))
+
+
 def _conv1x1t(module: ir.Module) -> None:
     """``md_conv1x1t``: a pointwise conv with the pixels as the tile's rows (see
     :data:`CONV1X1T_DIMS`): each 16-channel panel of the packed weights stays in cache while
@@ -323,11 +333,7 @@ def _conv1x1t(module: ir.Module) -> None:
     # (two tiles: a tile's transposed store doubles its code, and LLVM's time with it; the
     # last few rows go one at a time, through the single row's four chains of FMAs)
     tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True) for mr in (MR, 1)}
-    b, args, dims = _define(module, "md_conv1x1t")
-    x, w, bias, res, y = (_arg(b, args, i, PTR) for i in range(5))
-    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(CONV1X1T_DIMS)}
-    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
-    has_res = b.icmp_signed("!=", d["has_res"], I64(0))
+    b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1t", CONV1X1T_DIMS)
     p, cin, cout = d["p"], d["cin"], d["cout"]
     panels = b.sdiv(b.add(cout, I64(NR - 1)), I64(NR))
     units = b.mul(d["n"], panels)
@@ -444,11 +450,7 @@ def conv1x1t_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False
 
 def _conv1x1(module: ir.Module) -> None:
     tile = _tile(module, "md_conv1x1_tile", MR, column_bias=False)
-    b, args, dims = _define(module, "md_conv1x1")
-    x, w, bias, res, y = (_arg(b, args, i, PTR) for i in range(5))
-    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(CONV1X1_DIMS)}
-    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
-    has_res = b.icmp_signed("!=", d["has_res"], I64(0))
+    b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1", CONV1X1_DIMS)
     p, cin, cout = d["p"], d["cin"], d["cout"]
     col_blocks = b.sdiv(b.add(p, I64(NR - 1)), I64(NR))
     row_blocks = b.sdiv(b.add(cout, I64(MR - 1)), I64(MR))
