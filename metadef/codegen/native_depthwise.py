@@ -8,7 +8,8 @@ with taps outside the image reading zeros. Each plane is copied into a zero-padd
 the stack (tens of KiB: it stays in L1 or L2, unlike a padded copy of the whole tensor), then
 each output row is computed from three padded lines with the nine taps unrolled and one
 store, 8 outputs at a time in vectors for strides 1 and 2, the row's last few outputs in one
-more vector step stored through a mask (a 7x7 plane: 7 vector steps, not 49 scalar outputs;
+more vector step (ending at the row's end, or through a mask in a row shorter than 8: a 7x7
+plane takes 7 vector steps, not 49 scalar outputs;
 see :func:`stack_floats` for the size; the lowering keeps it small). For a horizontal stride
 of 2 the padded lines are deinterleaved as they are copied (even columns, then odd), so each
 tap is one contiguous load instead of two loads and a shuffle. Task
@@ -118,6 +119,9 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
     def for_each_row(body: Callable[[], None]) -> None:
         def at(oy: ir.Value) -> None:
             row["y"] = _elem(b, y_plane, b.mul(oy, ow))
+            # (a vector from this row's start stays in the plane: a short row may spill into
+            # the next ones, which are computed after it and write their own values)
+            row["room"] = b.icmp_signed("<=", b.add(b.mul(oy, ow), I64(8)), b.mul(oh, ow))
             row["lines"] = [_elem(b, padded, b.mul(b.add(b.mul(oy, sh), I64(r)), span)) for r in range(3)]
             body()
         _loop(b, I64(0), oh, at)
@@ -134,8 +138,8 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
     tail = b.sub(ow, b.mul(blocks, I64(8)))
     lanes = b.icmp_signed("<", LANES, _splat(b, tail))
 
-    def eight(k: ir.Value, masked: bool = False) -> None:
-        o = b.mul(k, I64(8))
+    def eight(k: ir.Value, masked: bool = False, at_output: ir.Value | None = None) -> None:
+        o = b.mul(k, I64(8)) if at_output is None else at_output
         base = b.mul(o, step)
         acc = start
         for r in range(3):
@@ -156,9 +160,20 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
 
     def full_row() -> None:
         _loop(b, I64(0), blocks, eight)
-        # the last few outputs: one more vector step, stored through a mask (its reads stay in
-        # the padded plane, whose lines and end have a vector's reach of slack)
-        _if(b, b.icmp_signed(">", tail, I64(0)), lambda: eight(blocks, True))
+        # the last few outputs: a row of 8 or more ends with one more whole vector step, the
+        # 8 outputs ending at the row's end (overlapping the last block, which it writes
+        # again); a shorter row with one whole step too where it stays in the plane, else
+        # (the plane's last rows) one stored through a mask, slow on AMD cores (the reads stay
+        # in the padded plane, whose lines and end have a vector's reach of slack)
+        with b.if_then(b.icmp_signed(">", tail, I64(0))), \
+                b.if_else(b.icmp_signed(">=", ow, I64(8))) as (wide_row, short_row):
+            with wide_row:
+                eight(blocks, at_output=b.sub(ow, I64(8)))
+            with short_row, b.if_else(row["room"]) as (room, last_rows):
+                with room:
+                    eight(blocks)
+                with last_rows:
+                    eight(blocks, True)
 
     for_each_row(full_row)
     b.ret_void()
