@@ -27,6 +27,7 @@ from metadef.codegen.native_ir import (
     _if,
     _internal,
     _loop,
+    _share,
     _smax,
     _smin,
     _zero,
@@ -261,11 +262,6 @@ class _WinogradLayout:
         self.direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(2)), I64(0)),
                              b.icmp_signed("==", b.srem(d["ow"], I64(2)), I64(0)))
         self.o_row = b.select(self.direct, d["ow"], b.mul(self.tw, I64(2)))
-
-
-def _share(b: ir.IRBuilder, extent: ir.Value, d: dict[str, ir.Value]) -> tuple[ir.Value, ir.Value]:
-    return (b.sdiv(b.mul(extent, d["task"]), d["tasks"]),
-            b.sdiv(b.mul(extent, b.add(d["task"], I64(1))), d["tasks"]))
 
 
 def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dict[str, ir.Value],

@@ -61,6 +61,7 @@ from metadef.codegen.native_ir import (
     _float_bits,
     _if,
     _loop,
+    _share,
     _splat,
 )
 
@@ -337,8 +338,7 @@ def _conv1x1t(module: ir.Module) -> None:
     p, cin, cout = d["p"], d["cin"], d["cout"]
     panels = b.sdiv(b.add(cout, I64(NR - 1)), I64(NR))
     units = b.mul(d["n"], panels)
-    first = b.sdiv(b.mul(units, d["task"]), d["tasks"])
-    last = b.sdiv(b.mul(units, b.add(d["task"], I64(1))), d["tasks"])
+    first, last = _share(b, units, d)
     null = ir.Constant(PTR, None)
 
     def unit(u: ir.Value) -> None:
@@ -391,8 +391,7 @@ def _transpose(module: ir.Module) -> None:
     rows, cols = d["rows"], d["cols"]
     blocks = b.sdiv(b.add(cols, I64(7)), I64(8))
     units = b.mul(d["n"], blocks)
-    first = b.sdiv(b.mul(units, d["task"]), d["tasks"])
-    last = b.sdiv(b.mul(units, b.add(d["task"], I64(1))), d["tasks"])
+    first, last = _share(b, units, d)
     plane = b.mul(rows, cols)
 
     def unit(u: ir.Value) -> None:
@@ -458,8 +457,7 @@ def _conv1x1(module: ir.Module) -> None:
     outer = b.select(pixels_outer, col_blocks, row_blocks)
     inner = b.select(pixels_outer, row_blocks, col_blocks)
     units = b.mul(d["n"], outer)
-    first = b.sdiv(b.mul(units, d["task"]), d["tasks"])
-    last = b.sdiv(b.mul(units, b.add(d["task"], I64(1))), d["tasks"])
+    first, last = _share(b, units, d)
     null = ir.Constant(PTR, None)
 
     def unit(u: ir.Value) -> None:
@@ -523,8 +521,7 @@ def _gemm(module: ir.Module) -> None:
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
     m, n, k = d["m"], d["n"], d["k"]
     panels = b.sdiv(b.add(n, I64(NR - 1)), I64(NR))
-    first = b.sdiv(b.mul(panels, d["task"]), d["tasks"])
-    last = b.sdiv(b.mul(panels, b.add(d["task"], I64(1))), d["tasks"])
+    first, last = _share(b, panels, d)
     null = ir.Constant(PTR, None)
 
     def panel(q: ir.Value) -> None:

@@ -74,6 +74,12 @@ def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def _share(b: ir.IRBuilder, extent: ir.Value, d: dict[str, ir.Value]) -> tuple[ir.Value, ir.Value]:
+    """``[first, last)``: task ``d["task"]`` of ``d["tasks"]``'s share of ``extent`` units."""
+    return (b.sdiv(b.mul(extent, d["task"]), d["tasks"]),
+            b.sdiv(b.mul(extent, b.add(d["task"], I64(1))), d["tasks"]))
+
+
 def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     """``value`` in all 8 lanes of a vector of its type."""
     vector = ir.VectorType(value.type, 8)
