@@ -23,7 +23,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
-- ``md_copy``: copy bytes.
+- ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat
+  and Split: each input a block of every row of the output, or the reverse).
 
 Each routine is its own module, generated with llvmlite's IR builder, compiled when a graph
 first needs it (see :func:`native_function`) and kept in the compile cache like any kernel.
@@ -123,6 +124,26 @@ def _copy(module: ir.Module) -> None:
     b.ret_void()
 
 
+COPY_ROWS_DIMS = ("rows", "row_bytes", "src_stride", "dst_stride")
+"""The dims of ``md_copy_rows`` (in bytes): row ``r``'s ``row_bytes`` go from
+``src + r * src_stride`` to ``dst + r * dst_stride``."""
+
+
+def _copy_rows(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_copy_rows")
+    src, dst = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    rows, row_bytes, src_stride, dst_stride = (_arg(b, dims, i, I64) for i in range(len(COPY_ROWS_DIMS)))
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    byte = ir.IntType(8)
+
+    def row(r: ir.Value) -> None:
+        to = b.gep(dst, [b.mul(r, dst_stride)], source_etype=byte)
+        b.call(memcpy, [to, b.gep(src, [b.mul(r, src_stride)], source_etype=byte), row_bytes, ir.IntType(1)(0)])
+
+    _loop(b, I64(0), rows, row)
+    b.ret_void()
+
+
 def _sgemm(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_sgemm")
     a, bm, c, fn, bias, gemv = (_arg(b, args, i, PTR) for i in range(6))
@@ -190,6 +211,7 @@ def _sgemm(module: ir.Module) -> None:
 ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_program": _program,
     "md_copy": _copy,
+    "md_copy_rows": _copy_rows,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
@@ -209,7 +231,7 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthw
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
-                                "md_run_tasks", "md_winograd_out"})
+                                "md_run_tasks", "md_winograd_out", "md_copy_rows"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).
@@ -283,6 +305,6 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS",
-           "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
+__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GEMM_DIMS", "IM2COL_DIMS",
+           "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
            "WINOGRAD_TASK_DIMS", "native_function", "native_module", "winograd_workspace"]

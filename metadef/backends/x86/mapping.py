@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86 import conv1x1, gemm, native
+from metadef.backends.x86 import conv1x1, gemm, movement, native
+from metadef.backends.x86.choice import Choice, StepKernel, Strategy
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
@@ -46,28 +47,6 @@ try:  # codegen is the only home of llvmlite: without it, everything runs on the
 except ImportError as _e:  # pragma: no cover - depends on the installation
     CodegenUnsupported = compile_group = compile_node = None  # type: ignore[assignment,misc]
     CODEGEN_MISSING = f"metadef.codegen is not available ({_e})"
-
-# A step's kernel: the node's input arrays and concrete output types -> its output arrays.
-StepKernel = Callable[[Sequence[np.ndarray | None], Sequence[TensorType]], list[np.ndarray]]
-
-
-@dataclass(frozen=True)
-class Choice:
-    """How one node runs: its kernel, the kind of kernel, and why it was chosen."""
-
-    kernel: StepKernel
-    kind: str
-    reason: str
-    fallback: bool = False
-    strategy: str = "reference"
-    """The name of the strategy that made the choice (see :func:`strategy_named`)."""
-    native: Lowering | None = None
-    """How the step runs inside a native program (:mod:`metadef.backends.x86.native`), or
-    None: it runs from Python."""
-
-
-Strategy = Callable[[Node], "Choice | str"]
-
 
 def attrs_of(node: Node) -> dict[str, Any]:
     """The node's attributes with the meta-op's defaults filled in."""
@@ -519,6 +498,8 @@ def reference(node: Node, reason: str) -> Choice:
 op_strategies: dict[str, tuple[Strategy, ...]] = {
     "ai.metadef::Fused": (contraction_group, generated_group),
     **{op: (view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
+    "Concat": (movement.concat_node,),
+    "Split": (movement.split_node,),
 }
 
 role_strategies: dict[Role, tuple[Strategy, ...]] = {
