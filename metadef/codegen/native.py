@@ -23,8 +23,10 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
-- ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat
-  and Split: each input a block of every row of the output, or the reverse).
+- ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
+  Split, Slice: each part a block of every row of the whole, or the reverse).
+- ``md_gather``: Gather's rows picked by int32/int64 indices, each checked: an index out of
+  range writes zeros and is reported in a status word the caller reads after the run.
 
 Each routine is its own module, generated with llvmlite's IR builder, compiled when a graph
 first needs it (see :func:`native_function`) and kept in the compile cache like any kernel.
@@ -144,6 +146,53 @@ def _copy_rows(module: ir.Module) -> None:
     b.ret_void()
 
 
+GATHER_DIMS = ("outer", "rows", "count", "inner_bytes", "index_bytes")
+"""The dims of ``md_gather(data, indices, out, status)``: ``data`` is ``[outer, rows, inner]``
+(``inner_bytes`` a row), ``indices`` ``count`` int32 or int64 (``index_bytes`` 4 or 8), ``out``
+``[outer, count, inner]``. An index below ``-rows`` or from ``rows`` up (negative ones count
+from the end) gets a row of zeros, and ``status[0] = 1, status[1] = the index``."""
+
+
+def _gather(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_gather")
+    data, indices, out, status = (_arg(b, args, i, PTR) for i in range(4))
+    outer, rows, count, inner, index_bytes = (_arg(b, dims, i, I64) for i in range(len(GATHER_DIMS)))
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    memset = module.declare_intrinsic("llvm.memset", [PTR, I64])
+    byte, i32 = ir.IntType(8), ir.IntType(32)
+    wide = b.icmp_signed("==", index_bytes, I64(8))
+
+    def image(o: ir.Value) -> None:
+        src = b.gep(data, [b.mul(o, b.mul(rows, inner))], source_etype=byte)
+        dst = b.gep(out, [b.mul(o, b.mul(count, inner))], source_etype=byte)
+
+        def one(j: ir.Value) -> None:
+            with b.if_else(wide) as (as_i64, as_i32):
+                with as_i64:
+                    v64, in64 = b.load(b.gep(indices, [j], source_etype=I64), typ=I64), b.block
+                with as_i32:
+                    v32, in32 = b.sext(b.load(b.gep(indices, [j], source_etype=i32), typ=i32), I64), b.block
+            raw = b.phi(I64)
+            raw.add_incoming(v64, in64)
+            raw.add_incoming(v32, in32)
+            index = b.select(b.icmp_signed("<", raw, I64(0)), b.add(raw, rows), raw)
+            inside = b.and_(b.icmp_signed(">=", index, I64(0)), b.icmp_signed("<", index, rows))
+            to = b.gep(dst, [b.mul(j, inner)], source_etype=byte)
+            with b.if_else(inside) as (good, bad):
+                with good:
+                    b.call(memcpy, [to, b.gep(src, [b.mul(index, inner)], source_etype=byte), inner,
+                                    ir.IntType(1)(0)])
+                with bad:
+                    b.call(memset, [to, byte(0), inner, ir.IntType(1)(0)])
+                    b.store(I64(1), b.gep(status, [I64(0)], source_etype=I64))
+                    b.store(raw, b.gep(status, [I64(1)], source_etype=I64))
+
+        _loop(b, I64(0), count, one)
+
+    _loop(b, I64(0), outer, image)
+    b.ret_void()
+
+
 def _sgemm(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_sgemm")
     a, bm, c, fn, bias, gemv = (_arg(b, args, i, PTR) for i in range(6))
@@ -212,6 +261,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_program": _program,
     "md_copy": _copy,
     "md_copy_rows": _copy_rows,
+    "md_gather": _gather,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
@@ -231,7 +281,7 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthw
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
-                                "md_run_tasks", "md_winograd_out", "md_copy_rows"})
+                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).
@@ -305,6 +355,7 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GEMM_DIMS", "IM2COL_DIMS",
+__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GATHER_DIMS", "GEMM_DIMS",
+           "IM2COL_DIMS",
            "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
            "WINOGRAD_TASK_DIMS", "native_function", "native_module", "winograd_workspace"]

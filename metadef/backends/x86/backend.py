@@ -205,11 +205,11 @@ class X86Executable:
 
         Example:
             >>> from metadef.ir import parse_graph
-            >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: i64[1] = Shape(%x) @s return %y }")
+            >>> g = parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: i64[n,1] = ArgMax(%x) {axis=1} @a return %y }")
             >>> print(X86Backend().compile(g).summary())
             x86 plan for g: 1 nodes: reference 1
             fallbacks: 1
-              1 x opaque op Shape: no x86 kernel (runs alone, from its reference)
+              1 x ArgMax is opaque (no index expression to generate code from)
         """
         kinds = Counter(p.kind for p in self.plan)
         lines = [f"x86 plan for {self.graph.name}: {len(self.plan)} nodes: "

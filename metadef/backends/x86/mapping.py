@@ -12,7 +12,7 @@ kernel and then its epilogue as one generated kernel.
 
 Example:
     >>> from metadef.ir import parse_graph
-    >>> g = parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: f32[n,4] = Shape(%x) return %y }")
+    >>> g = parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: i64[n,1] = ArgMax(%x) {axis=1} return %y }")
     >>> choose(g.nodes[0]).kind
     'reference'
     >>> sorted(contraction_kernels)
@@ -500,6 +500,9 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     **{op: (view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
+    "Slice": (movement.slice_node,),
+    "Gather": (movement.gather_node,),
+    **{op: (movement.shape_node,) for op in ("Shape", "Size")},
 }
 
 role_strategies: dict[Role, tuple[Strategy, ...]] = {

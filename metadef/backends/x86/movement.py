@@ -1,10 +1,14 @@
-"""Concat and Split on x86: row copies inside the native program.
+"""Data movement on x86 inside the native program: Concat, Split, Slice, Gather, Shape, Size.
 
-Both ops move whole blocks of bytes: with ``rows`` the product of the dims before ``axis``,
-each part (an input of Concat, an output of Split) is one contiguous block of every row of
-the whole tensor. One ``md_copy_rows`` call per part moves its blocks (a single ``memcpy``
-when there is one row, as for a batch-1 NCHW concat along the channels), so neither op
-leaves the native program for a Python step. Run node by node (shapes that depend on
+Concat and Split move whole blocks of bytes: with ``rows`` the product of the dims before
+``axis``, each part (an input of Concat, an output of Split) is one contiguous block of every
+row of the whole tensor; one ``md_copy_rows`` call per part moves its blocks (a single
+``memcpy`` when there is one row, as for a batch-1 NCHW concat along the channels). A Slice
+whose starts, axes and steps are constants is a box of rows too (its ends only set the
+output's shape, which the binding knows). Gather copies the rows its indices pick
+(``md_gather``, every index checked: one out of range raises InputError after the run, naming
+the node). Shape and Size copy their values, known once the binding's shapes are. So none of
+these leaves the native program for a Python step; run node by node (shapes that depend on
 values), they take their reference kernels.
 
 Example:
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,17 +59,22 @@ def _copies(whole: Shape, parts: Sequence[Shape], axis: int, itemsize: int, conc
     return NativeStep(tuple(calls))
 
 
-def _prepare(node: Node) -> tuple[int, int] | str:
-    """(axis, itemsize) of a Concat or Split whose element size is known, or why not."""
+def _attrs(node: Node) -> dict[str, Any]:
+    op = node.metaop
+    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
+
+
+def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
+    """(axis, itemsize) of a node moving numbers of a known size along its first input's
+    ``axis`` attribute (or ``axis``), or why not."""
     types = [v.type for v in (*node.inputs, *node.outputs) if v is not None]
     if any(t is None or t.shape is None for t in types):
         return "a value's rank is unknown"
-    dtype = types[-1].dtype.numpy
+    dtype = types[0].dtype.numpy
     if dtype.kind not in "biufc" or dtype.itemsize == 0:
         return f"{dtype} is not a fixed-size number"
-    rank = len(types[-1].shape)
-    op = node.metaop
-    axis = int(resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)["axis"])
+    rank = len(types[0].shape)
+    axis = int(_attrs(node)["axis"]) if axis is None else axis
     if not -rank <= axis < rank:
         return f"axis {axis} is outside rank {rank}"
     return axis % rank, dtype.itemsize
@@ -72,8 +82,7 @@ def _prepare(node: Node) -> tuple[int, int] | str:
 
 def _reference(node: Node) -> StepKernel:
     """The node's reference kernel, for the node-by-node path (shapes that depend on values)."""
-    op = node.metaop
-    attrs = resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
+    op, attrs = node.metaop, _attrs(node)
 
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
         return run_node(op, attrs, args, out_types, node.name)
@@ -116,4 +125,146 @@ def split_node(node: Node) -> Choice | str:
                   native=needing(lower, "md_copy_rows"))
 
 
-__all__ = ["concat_node", "split_node"]
+MAX_SLICE_CALLS = 256
+"""A Slice needing more row copies than this (several outer axes sliced) runs from Python."""
+
+
+def _slice_rows(in_shape: Shape, out_shape: Shape, starts: list[int], steps: list[int], itemsize: int,
+                ) -> list[tuple[int, int, tuple[int, int, int, int]]] | str:
+    """The row copies of a slice, each (source byte offset, destination byte offset, dims of
+    ``md_copy_rows``), or why it is no set of row copies. ``starts``/``steps``: per axis,
+    already clamped as ONNX says."""
+    rank = len(in_shape)
+    strides = [math.prod(in_shape[k + 1:]) * itemsize for k in range(rank)]
+    out_strides = [math.prod(out_shape[k + 1:]) * itemsize for k in range(rank)]
+    base = sum(start * stride for start, stride in zip(starts, strides))
+    p = rank - 1  # the innermost axis that is not whole: it and the whole ones inside are one block
+    while p >= 0 and starts[p] == 0 and steps[p] == 1 and out_shape[p] == in_shape[p]:
+        p -= 1
+    if p == rank - 1 and steps[p] != 1:
+        return f"a step of {steps[p]} on the last axis needs an element gather"
+    if math.prod(out_shape) == 0:
+        return []
+    if p >= 0 and steps[p] != 1:  # each picked entry of axis p is a block of the whole axes inside it
+        block, outer = strides[p], p + 1
+    else:
+        block, outer = (out_shape[p] * strides[p], p) if p >= 0 else (math.prod(in_shape) * itemsize, 0)
+    # outer levels (count, source stride, destination stride), merged where they are one level
+    levels: list[list[int]] = []
+    for k in range(outer):
+        if out_shape[k] == 1:
+            continue
+        level = [out_shape[k], steps[k] * strides[k], out_strides[k]]
+        if levels and levels[-1][1] == level[1] * level[0] and levels[-1][2] == level[2] * level[0]:
+            levels[-1] = [levels[-1][0] * level[0], level[1], level[2]]
+        else:
+            levels.append(level)
+    rows, src_stride, dst_stride = levels.pop() if levels else (1, block, block)
+    if math.prod(level[0] for level in levels) > MAX_SLICE_CALLS:
+        return f"it is more than {MAX_SLICE_CALLS} row copies"
+    copies = [(base, 0)]
+    for count, src_step, dst_step in levels:
+        copies = [(s + i * src_step, d + i * dst_step) for s, d in copies for i in range(count)]
+    return [(s, d, (rows, block, src_stride, dst_stride)) for s, d in copies]
+
+
+def slice_node(node: Node) -> Choice | str:
+    """A Slice with constant starts, axes and steps as row copies (``md_copy_rows``)."""
+    got = _prepare(node, axis=0)
+    if isinstance(got, str):
+        return got
+    _, itemsize = got
+    params = [None if k >= len(node.inputs) or node.inputs[k] is None else node.inputs[k] for k in (1, 3, 4)]
+    if any(v is not None and v.const is None for v in params):
+        return "its starts, axes or steps are computed at run time"
+    starts, axes, steps = (None if v is None else [int(x) for x in np.asarray(v.const).reshape(-1)] for v in params)
+    assert starts is not None
+    rank = len(node.inputs[0].type.shape)
+    axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if 0 in steps or len({len(starts), len(axes), len(steps)}) != 1:
+        return "its starts, axes and steps do not match"
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape = inputs[0]
+        if shape is None:
+            return "the input is absent"
+        first, step = [0] * rank, [1] * rank
+        for a, b, st in zip(axes, starts, steps):
+            n = shape[a]
+            b = b + n if b < 0 else b
+            first[a], step[a] = min(max(b, 0), n if st > 0 else n - 1), st
+        copies = _slice_rows(tuple(shape), tuple(outputs[0]), first, step, itemsize)
+        if isinstance(copies, str):
+            return copies
+        address = native_function("md_copy_rows")
+        return NativeStep(tuple(Call(address, (Arg("in", 0, s), Arg("out", 0, d)), dims, "slice")
+                                for s, d, dims in copies))
+
+    return Choice(_reference(node), "native", "Slice: row copies (md_copy_rows)",
+                  native=needing(lower, "md_copy_rows"))
+
+
+def gather_node(node: Node) -> Choice | str:
+    """Gather as ``md_gather``: the rows the indices pick, each index checked."""
+    got = _prepare(node)
+    if isinstance(got, str):
+        return got
+    axis, itemsize = got
+    index_type = node.inputs[1].type
+    index_bytes = index_type.dtype.numpy.itemsize if index_type is not None else 0
+    if index_bytes not in (4, 8):
+        return "its indices are not int32 or int64"
+    data = node.inputs[0].name
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape, indices = inputs
+        if shape is None or indices is None:
+            return "an input is absent"
+        outer, rows, count = math.prod(shape[:axis]), shape[axis], math.prod(indices)
+        if outer == 0 or count == 0:
+            return NativeStep(())
+        status = np.zeros(2, np.int64)
+
+        def why(index: int) -> str:
+            return (f"Gather {node.name}: index {index} is out of range for axis {axis} of %{data}, which has "
+                    f"{rows} entries (valid: {-rows} to {rows - 1}); check the values fed to the graph")
+
+        args = (Arg("in", 0), Arg("in", 1), Arg("out", 0), Arg("addr", status.ctypes.data))
+        call = Call(native_function("md_gather"), args,
+                    (outer, rows, count, math.prod(shape[axis + 1:]) * itemsize, index_bytes), "gather")
+        return NativeStep((call,), keep=(status,), checks=((status, why),))
+
+    return Choice(_reference(node), "native", "Gather: the picked rows copied, each index checked (md_gather)",
+                  native=needing(lower, "md_gather"))
+
+
+def shape_node(node: Node) -> Choice | str:
+    """Shape and Size: their values follow from the binding's shapes, copied from a constant."""
+    attrs = _attrs(node)
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape = inputs[0]
+        if shape is None:
+            return "the input is absent"
+        if node.op == "Size":
+            values = np.array(math.prod(shape), np.int64)
+        else:
+            rank = len(shape)
+            start, end = attrs["start"], rank if attrs["end"] is None else attrs["end"]
+            start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
+            values = np.array(shape[start:end], np.int64)
+        if values.nbytes == 0:
+            return NativeStep(())
+        call = Call(native_function("md_copy"), (Arg("addr", values.ctypes.data), Arg("out", 0)), (values.nbytes,),
+                    node.op.lower())
+        return NativeStep((call,), keep=(values,))
+
+    return Choice(_reference(node), "native", f"{node.op}: its values copied, known from the binding's shapes",
+                  native=needing(lower, "md_copy"))
+
+
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "shape_node", "slice_node", "split_node"]

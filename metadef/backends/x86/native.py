@@ -110,6 +110,9 @@ class NativeStep:
     scratch: tuple[int, ...] = ()
     keep: tuple[Any, ...] = field(default=(), repr=False)
     """Objects whose memory a call reads by address (kept alive with the step)."""
+    checks: tuple[tuple[np.ndarray, Callable[[int], str]], ...] = field(default=(), repr=False)
+    """Status words the calls write (int64 ``[flag, value]``) and the message for a raised flag:
+    the program reads them after every run (an index out of range, say) and raises InputError."""
 
 
 Lowering = Callable[[Sequence[Shape | None], Sequence[Shape], Mapping[str, int]], "NativeStep | str"]

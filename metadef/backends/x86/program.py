@@ -57,7 +57,7 @@ from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
-from metadef.core.errors import BackendError, MetadefError
+from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.ir import format_node
 from metadef.shape import evaluate_shape
 
@@ -238,6 +238,7 @@ class BoundProgram:
         self.patches: list[tuple[Any, int, int, int]] = []
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
+        self.checks: list[tuple[np.ndarray, Any]] = []  # (status words, message) read after each run
         pending: list[tuple[int, list[int], list[list[int]]]] = []
         pending_patches: list[tuple[int, int, str, int, int]] = []
         self.native_calls = self.python_steps = self.parallel_calls = 0
@@ -253,6 +254,7 @@ class BoundProgram:
                 self.python_steps += 1
                 continue
             self.kept.append(what.keep)
+            self.checks.extend(what.checks)
             for call in what.calls:
                 pointers: list[int] = []
                 for slot, arg in enumerate(call.args):
@@ -312,6 +314,10 @@ class BoundProgram:
         for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
             np.copyto(outputs[k], self._view(st, inputs, outputs))
         self.objects[:] = [None] * len(self.objects)  # this run's string intermediates
+        for status, why in self.checks:
+            if status[0]:
+                value, status[:] = int(status[1]), 0
+                raise InputError(why(value))
 
     def _view(self, st: _Storage, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:
         if st.kind == INPUT:

@@ -1,5 +1,6 @@
-"""Concat and Split inside the native program (``metadef.backends.x86.movement``), against ONNX
-Runtime: every axis, several dtypes, new batch sizes without compiling, empty parts."""
+"""Data movement inside the native program (``metadef.backends.x86.movement``) against ONNX
+Runtime: Concat and Split on every axis and several dtypes, constant Slices (hypothesis),
+Gather with its index checks, Shape and Size; new batch sizes compile nothing."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import metadef as md
 from metadef.codegen.jit import compile_count
+from metadef.core.errors import InputError
 
 pytestmark = pytest.mark.jit
 
@@ -119,3 +123,104 @@ def test_a_concat_inside_a_model_keeps_the_program_native() -> None:
         for name, want in zip(("s0", "s1"), oracle.run(None, feeds)):
             np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5)
     assert _native(sess, {"n": 2}, "concat") == 2 and _native(sess, {"n": 2}, "split") == 2
+
+
+# ------------------------------------------------------------------ Slice, Gather, Shape, Size
+
+def _slice_model(shape: list, starts: list[int], ends: list[int], axes: list[int], steps: list[int]
+                 ) -> onnx.ModelProto:
+    consts = [onnx.numpy_helper.from_array(np.array(v, np.int64), name)
+              for name, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))]
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@st.composite
+def _slices(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    rank = draw(st.integers(1, 4))
+    shape: list = [draw(st.integers(1, 6)) for _ in range(rank)]
+    # a batch dim (symbolic, never sliced: inference assumes a bound lies inside a symbolic dim)
+    batch = rank > 1 and draw(st.booleans())
+    first = int(batch)
+    axes = draw(st.lists(st.integers(first, rank - 1), min_size=1, max_size=rank - first, unique=True))
+    axes = [a - rank if draw(st.booleans()) else a for a in axes]
+    if batch:
+        shape[0] = "n"
+    bound = st.integers(-8, 8) | st.sampled_from([2**62, -(2**62)])
+    starts = [draw(bound) for _ in axes]
+    ends = [draw(bound) for _ in axes]
+    steps = [draw(st.sampled_from([1, 1, 2, 3, -1, -2])) for _ in axes]
+    return shape, starts, ends, axes, steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(_slices())
+def test_a_constant_slice_matches_onnxruntime(case: tuple) -> None:
+    shape, starts, ends, axes, steps = case
+    model = _slice_model(shape, starts, ends, axes, steps)
+    sess = md.compile(md.import_onnx(model), target="x86")
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 3):
+        x = _values(tuple(n if d == "n" else d for d in shape), np.float32)
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], oracle.run(None, {"x": x})[0])
+
+
+def test_slices_that_are_row_copies_run_natively() -> None:
+    # BERT's position ids (a prefix of a constant row), the CLS token, a channel window of an image
+    for shape, starts, ends, axes, steps in (([1, 512], [0], [7], [1], [1]), (["n", 9, 4], [0], [1], [1], [1]),
+                                             (["n", 8, 5, 5], [2, 1], [6, -1], [1, 2], [1, 1]),
+                                             (["n", 8, 5, 5], [-1], [-9], [1], [-2])):
+        sess = md.compile(md.import_onnx(_slice_model(shape, starts, ends, axes, steps)), target="x86")
+        assert _native(sess, {"n": 3}, "slice") >= 1
+
+
+def test_a_step_on_the_last_axis_runs_from_its_reference_and_says_why() -> None:
+    sess = md.compile(md.import_onnx(_slice_model(["n", 6], [0], [6], [1], [2])), target="x86")
+    program = sess.executable.programs.bound({"n": 2})
+    try:
+        assert program.python_steps == 1 and "element gather" in program.python_reasons[0][1]
+    finally:
+        sess.executable.programs.give_back(program)
+    x = _values((2, 6), np.float32)
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], x[:, ::2])
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_matches_onnxruntime(axis: int, index_dtype: type) -> None:
+    data = _values((7, 5, 3), np.float32)
+    node = helper.make_node("Gather", ["data", "i"], ["y"], axis=axis)
+    index_type = TensorProto.INT64 if index_dtype is np.int64 else TensorProto.INT32
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("i", index_type, ["a", 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(data, "data")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    rows = data.shape[axis]
+    feed_sets = [{"i": RNG.integers(-rows, rows, (a, 2)).astype(index_dtype)} for a in (1, 4, 0)]
+    sess = _check(model, feed_sets)
+    assert _native(sess, {"a": 3}, "gather") == 1
+
+
+def test_an_index_out_of_range_raises_naming_the_node_and_the_range() -> None:
+    node = helper.make_node("Gather", ["table", "i"], ["y"], name="lookup")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("i", TensorProto.INT64, ["a"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(_values((4, 2), np.float32), "table")])
+    sess = md.compile(md.import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])),
+                      target="x86")
+    for bad in (4, -5, 2**40):
+        with pytest.raises(InputError, match=rf"Gather lookup: index {bad} is out of range .* -4 to 3"):
+            sess.run({"i": np.array([1, bad, 0], np.int64)})
+    np.testing.assert_array_equal(sess.run({"i": np.array([-1], np.int64)})["y"].shape, (1, 2))  # usable again
+
+
+def test_shape_and_size_follow_the_binding() -> None:
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Shape", ["x"], ["t"], start=-2, end=10),
+             helper.make_node("Size", ["x"], ["z"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "m"])],
+                              [helper.make_tensor_value_info(v, TensorProto.INT64, None) for v in "stz"])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    sess = _check(model, [{"x": _values((n, 3, m), np.float32)} for n, m in ((1, 2), (4, 7), (0, 3))])
+    assert _native(sess, {"n": 2, "m": 5}, "shape") == 2 and _native(sess, {"n": 2, "m": 5}, "size") == 1
