@@ -22,9 +22,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from metadef.core.dtypes import FLOAT8E8M0, DType, dtype, from_onnx
+from metadef.core.dtypes import FLOAT8E8M0, STRING, DType, dtype, from_numpy, from_onnx
 from metadef.core.errors import ShapeError, UnsupportedOpError
 from metadef.ops.defs.cast_e8m0 import ROUND_MODES, to_float8e8m0
+from metadef.ops.defs.cast_string import format_numbers, parse_floats, parse_integers
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, AttrSpec, int_, string
 from metadef.ops.metaop import BROADCAST_ALL, SAME_AS_FIRST, Adapter, MetaOp, metaop
@@ -325,8 +326,8 @@ _FLOAT8_NAMES = frozenset(n for n in CAST_DTYPE_NAMES if n.startswith("float8"))
 
 def _cast_semantics(attrs: Mapping[str, Any], shapes: Shapes) -> tuple[str, dict[str, float]] | None:
     """``cast_<to>(X)``; a saturating float8 cast clamps to the finite range first. A cast to
-    float8e8m0 has no expression (it rounds on exponent bits): its reference runs it."""
-    if from_onnx(attrs["to"]) is FLOAT8E8M0:
+    float8e8m0 (it rounds on exponent bits) or to text has no expression: its reference runs it."""
+    if from_onnx(attrs["to"]) is FLOAT8E8M0 or from_onnx(attrs["to"]).is_string:
         return None
     target = from_onnx(attrs["to"]).numpy
     body, params = "X[...]", {}
@@ -349,19 +350,48 @@ def cast_target(ctx: InferContext, target: DType) -> DType:
 
 def cast_reference(x: np.ndarray, target: np.dtype, attrs: Mapping[str, Any]) -> np.ndarray:
     """``x`` cast to ``target`` as Cast and CastLike do: float8 targets saturate (clamp to the
-    finite range) when ``saturate`` is set; float8e8m0 rounds by ``round_mode``.
+    finite range) when ``saturate`` is set; float8e8m0 rounds by ``round_mode``. Casts to and
+    from string tensors (numpy object arrays) are ONNX Runtime's: see :func:`cast_text`.
 
     Example:
         >>> cast_reference(np.array([3.0]), FLOAT8E8M0.numpy, {"saturate": 1, "round_mode": "up"}
         ...                ).astype(np.float32)
         array([4.], dtype=float32)
     """
+    if STRING.numpy in (x.dtype, target):
+        return cast_text(x, target, attrs)
     if target == FLOAT8E8M0.numpy:
         return to_float8e8m0(x, attrs["round_mode"], bool(attrs["saturate"]))
     bounds = saturation_bounds(target) if attrs["saturate"] else None
     if bounds is not None:
         x = np.clip(x, *bounds)
     return x.astype(target)
+
+
+def cast_text(x: np.ndarray, target: np.dtype, attrs: Mapping[str, Any]) -> np.ndarray:
+    """A cast to or from a string tensor (see :mod:`metadef.ops.defs.cast_string`): numbers
+    print as ONNX Runtime prints them; text reads as C's ``strtod`` (floats) or ``std::stoll``
+    / ``std::stoull`` (integers, bool); a float narrower than float32 goes through float32, as
+    in ONNX Runtime, and then casts as a float32 does (``saturate``, ``round_mode``); text to
+    text is a copy.
+
+    Example:
+        >>> attrs = {"saturate": 1, "round_mode": "up"}
+        >>> cast_text(np.array([0.1, np.inf], np.float16), np.dtype(object), attrs).tolist()
+        ['0.099975586', 'INF']
+        >>> cast_text(np.array(["0.1", "65520"], dtype=object), np.dtype(np.float16), attrs).tolist()
+        [0.0999755859375, inf]
+    """
+    if target == STRING.numpy:
+        return x.copy() if x.dtype == STRING.numpy else format_numbers(x)
+    to = from_numpy(target)
+    if to.kind == "bool" or (to.kind in ("int", "uint") and to.bits >= 8):
+        return parse_integers(x, target)
+    numbers = parse_floats(x, to.name)  # float64; int4 and the like read as floats, as in ONNX Runtime
+    if target == np.float64:
+        return numbers
+    with np.errstate(over="ignore"):  # beyond float32: inf, as C's conversion gives
+        return cast_reference(numbers.astype(np.float32), target, attrs)
 
 
 def _cast_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
@@ -387,9 +417,9 @@ def _cast_adapt(opset: int, attrs: dict[str, Any], n_inputs: int,
 Cast = metaop(
     "Cast", inputs=("X: T1",), outputs=("Y: T2",),
     attrs={"to": int_(REQUIRED), "saturate": int_(1), "round_mode": string("up")},
-    types="T1 in {all}; T2 in {all}", rule=_cast_rule, semantics=_cast_semantics,
+    types="T1 in {all, string}; T2 in {all, string}", rule=_cast_rule, semantics=_cast_semantics,
     reference=_cast_reference, role=Role.ELEMENTWISE, since=(1, 6, 9, 13, 19, 21, 23, 24, 25), adapt=_cast_adapt,
-    doc="Strings are not numeric: casts to or from them raise DTypeError.",
+    doc="Casts to and from strings print and read numbers as ONNX Runtime does (cast_text).",
 )
 
 
@@ -406,6 +436,6 @@ def _cast_like_rule(ctx: InferContext) -> list[Any]:
 CastLike = metaop(
     "CastLike", inputs=("X: T1", "target_type: T2"), outputs=("Y: T2",),
     attrs={"saturate": int_(1), "round_mode": string("up")},
-    types="T1 in {all}; T2 in {all}", rule=_cast_like_rule, reference=_cast_like_reference,
+    types="T1 in {all, string}; T2 in {all, string}", rule=_cast_like_rule, reference=_cast_like_reference,
     role=Role.ELEMENTWISE, since=(15, 19, 21, 23, 24, 25),
 )

@@ -69,7 +69,10 @@ def constant_value(array: np.ndarray | None) -> ShapeValue | None:
         return None
     array = np.asarray(array)
     if array.dtype == object:
-        return tuple(as_dim(x) for x in array.reshape(-1))
+        items = array.reshape(-1).tolist()
+        if any(isinstance(x, str) for x in items):
+            return None  # a string tensor: text, not dims
+        return tuple(as_dim(x) for x in items)
     if array.dtype.kind not in "iu" or array.size > MAX_ELEMENTS:
         return None
     return tuple(int(x) for x in array.reshape(-1))

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from metadef.core.errors import BackendError
+from metadef.core.dtypes import STRING
+from metadef.core.errors import BackendError, MetadefError
 from metadef.ops.metaop import MetaOp
 from metadef.ops.numpy_eval.evaluate import evaluate
 from metadef.shape import TensorType
@@ -38,6 +39,11 @@ def tensor_names(op: MetaOp, count: int, outputs: bool = False) -> list[str]:
     return names
 
 
+def _holds_text(inputs: Sequence[Any], out_dtypes: Sequence[np.dtype]) -> bool:
+    """Whether a node reads or writes a string tensor (a numpy object array)."""
+    return STRING.numpy in out_dtypes or any(isinstance(a, np.ndarray) and a.dtype == STRING.numpy for a in inputs)
+
+
 def run_node(op: MetaOp, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray | None],
              out_types: Sequence[TensorType], node: str = "") -> list[np.ndarray]:
     """Run one node on concrete arrays (attrs already resolved with defaults).
@@ -48,9 +54,15 @@ def run_node(op: MetaOp, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray |
     out_dtypes = [t.dtype.numpy for t in out_types]
     shapes = [None if a is None else a.shape for a in inputs]
     values = [a if i in op.reads else None for i, a in enumerate(inputs)]
-    instance = op.semantics.instantiate(attrs, shapes, values)
+    if op.semantics.reference is not None and _holds_text(inputs, out_dtypes):
+        instance = None  # expressions compute numbers: on string tensors the op's reference runs
+    else:
+        instance = op.semantics.instantiate(attrs, shapes, values)
     if instance is None:
-        result = op.semantics.reference(list(inputs), attrs)
+        try:
+            result = op.semantics.reference(list(inputs), attrs)
+        except MetadefError as e:  # a reference does not know its node: say which
+            raise type(e)(f"{op.name} node {node}: {e}") from e
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
     else:
         program, params = instance

@@ -375,8 +375,6 @@ def test_saving_string_constants_of_movement_ops_is_refused(tmp_path: Any) -> No
 
 # Ops whose ONNX schema admits strings but whose metadef declaration does not, and why.
 NOT_FOR_STRINGS = {
-    "Cast": "casts to and from text are not implemented (DTypeError says so)",
-    "CastLike": "as Cast",
     "Col2Im": "sums overlapping blocks",
     "GridSample": "interpolates, pads with zeros",
     "Resize": "interpolates (only nearest could move strings); neither ORT nor onnx's evaluator runs it",

@@ -56,8 +56,8 @@ def test_string_is_a_dtype_that_numeric_ops_refuse() -> None:
         infer_text("Add", ["str[n]", "str[n]"])
     with pytest.raises(DTypeError, match="earlier input of type T is string"):
         infer_text("Equal", ["str[n]", "f32[n]"])
-    with pytest.raises(DTypeError, match=r"output 0 \(Y\) would be a string tensor, but Cast computes numbers"):
-        infer_text("Cast", ["f32[3]"], {"to": TensorProto.STRING})
+    with pytest.raises(DTypeError, match=r"output 0 \(output\) would be a string tensor, but EyeLike computes"):
+        infer_text("EyeLike", ["f32[3,3]"], {"dtype": TensorProto.STRING})
     with pytest.raises(DTypeError, match="would be a string tensor, but ConstantOfShape"):
         infer_text("ConstantOfShape", ["i64[1]"], {"value": S("a")}, values=[[2]])
 
