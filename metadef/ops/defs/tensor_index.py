@@ -89,6 +89,9 @@ def _clamp(ctx: InferContext, v: Dim, dim: Dim, lo: int, hi: Dim) -> Dim:
 def _slice_dim(ctx: InferContext, dim: Dim, start: Dim, end: Dim, step: Dim) -> Dim:
     if not isinstance(step, int):
         return ctx.fresh("slice")
+    if (step > 0 and ((isinstance(start, int) and start >= TO_END) or (isinstance(end, int) and end <= -TO_END))) \
+            or (step < 0 and isinstance(end, int) and end >= TO_END):
+        return 0  # from the end onwards (or up to before the start): empty, whatever the dim
     if step > 0:
         s, e = _clamp(ctx, start, dim, 0, dim), _clamp(ctx, end, dim, 0, dim)
         span, stride = sub(e, s), step

@@ -105,6 +105,11 @@ def test_slice_symbolic():
                  values=[None, [-1], [-big - 1], [1], [-1]]) == ["f32[batch,seq,768]"]
     assert infer("Slice", ["f32[batch,seq,768]", i64, i64, i64, i64],
                  values=[None, [0], [big], [2], [2]]) == ["f32[batch,seq,384]"]
+    # "from the end onwards" on a symbolic dim is empty, not a negative size
+    assert infer("Slice", ["f32[batch,seq]", i64, i64, i64], values=[None, [big], [0], [1]]) == ["f32[batch,0]"]
+    assert infer("Slice", ["f32[batch,seq]", i64, i64, i64], values=[None, [0], [-big], [1]]) == ["f32[batch,0]"]
+    assert infer("Slice", ["f32[batch,seq]", i64, i64, i64, i64],
+                 values=[None, [-1], [big], [1], [-1]]) == ["f32[batch,0]"]
     # static dims clamp exactly as ONNX says: end 300 on a dim of 256 is 256
     assert infer("Slice", ["f32[4,256]", i64, i64, i64], values=[None, [10], [300], [1]]) == \
         ["f32[4,246]"]
