@@ -502,6 +502,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
     "Gather": (movement.gather_node,),
+    "Dropout": (movement.inference_dropout,),
     **{op: (movement.shape_node,) for op in ("Shape", "Size")},
 }
 

@@ -1,4 +1,5 @@
-"""Data movement on x86 inside the native program: Concat, Split, Slice, Gather, Shape, Size.
+"""Data movement on x86 inside the native program: Concat, Split, Slice, Gather, Shape, Size,
+and Dropout at inference (a view of its input).
 
 Concat and Split move whole blocks of bytes: with ``rows`` the product of the dims before
 ``axis``, each part (an input of Concat, an output of Split) is one contiguous block of every
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86.choice import Choice, StepKernel
-from metadef.backends.x86.native import Arg, Call, NativeStep, needing
+from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep, needing
 from metadef.codegen.native import native_function
 from metadef.ir import Node
 from metadef.ops.interface import resolve_attrs
@@ -267,4 +268,20 @@ def shape_node(node: Node) -> Choice | str:
                   native=needing(lower, "md_copy"))
 
 
-__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "shape_node", "slice_node", "split_node"]
+def inference_dropout(node: Node) -> Choice | str:
+    """Dropout without its mask and not in training mode (``training_mode`` absent or a constant,
+    which inference checked: true only with ratio 0): its input, as a view."""
+    if len(node.outputs) > 1:
+        return "its mask output is asked for"
+    training = node.inputs[2] if len(node.inputs) > 2 else None
+    if training is not None and training.const is None:
+        return "its training_mode is computed at run time"
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return [args[0]]
+
+    return Choice(run, "view", "Dropout at inference: its input (no copy)", native=ALIAS)
+
+
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "shape_node", "slice_node",
+           "split_node"]

@@ -224,3 +224,21 @@ def test_shape_and_size_follow_the_binding() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     sess = _check(model, [{"x": _values((n, 3, m), np.float32)} for n, m in ((1, 2), (4, 7), (0, 3))])
     assert _native(sess, {"n": 2, "m": 5}, "shape") == 2 and _native(sess, {"n": 2, "m": 5}, "size") == 1
+
+
+@pytest.mark.parametrize("training", [None, False])
+def test_dropout_at_inference_is_a_view_of_its_input(training: bool | None) -> None:
+    inputs = ["x", "ratio", "training"] if training is not None else ["x"]
+    nodes = [helper.make_node("Dropout", inputs, ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    consts = [onnx.numpy_helper.from_array(np.array(0.3, np.float32), "ratio"),
+              onnx.numpy_helper.from_array(np.array(training), "training")] if training is not None else []
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = _check(model, [{"x": _values((n, 4), np.float32)} for n in (1, 3)])
+    assert [p.kind for p in sess.executable.plan] == ["view", "generated"]
+    program = sess.executable.programs.bound({"n": 2})
+    try:
+        assert program.views == 1 and program.python_steps == 0
+    finally:
+        sess.executable.programs.give_back(program)
