@@ -25,6 +25,7 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
+- ``md_fill``: fill bytes with copies of one element (Pad's constant), in doubling copies.
 - ``md_gather``: Gather's rows picked by int32/int64 indices, each checked: an index out of
   range writes zeros and is reported in a status word the caller reads after the run.
 
@@ -146,6 +147,35 @@ def _copy_rows(module: ir.Module) -> None:
     b.ret_void()
 
 
+FILL_DIMS = ("total_bytes", "itemsize")
+"""The dims of ``md_fill(value, dst)``: ``dst``'s ``total_bytes`` (a multiple of ``itemsize``)
+become copies of the ``itemsize`` bytes at ``value``."""
+
+
+def _fill(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_fill")
+    value, dst = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    total, itemsize = (_arg(b, dims, i, I64) for i in range(len(FILL_DIMS)))
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    false = ir.IntType(1)(0)
+    filled = b.alloca(I64)
+    with b.if_then(b.icmp_signed(">=", total, itemsize)):
+        b.call(memcpy, [dst, value, itemsize, false])
+        b.store(itemsize, filled)
+        head, body, done = (b.append_basic_block(n) for n in ("fill_head", "fill_body", "fill_done"))
+        b.branch(head)
+        b.position_at_end(head)
+        have = b.load(filled, typ=I64)
+        b.cbranch(b.icmp_signed("<", have, total), body, done)
+        b.position_at_end(body)  # the bytes written so far, copied after themselves
+        count = b.select(b.icmp_signed("<", have, b.sub(total, have)), have, b.sub(total, have))
+        b.call(memcpy, [b.gep(dst, [have], source_etype=ir.IntType(8)), dst, count, false])
+        b.store(b.add(have, count), filled)
+        b.branch(head)
+        b.position_at_end(done)
+    b.ret_void()
+
+
 GATHER_DIMS = ("outer", "rows", "count", "inner_bytes", "index_bytes")
 """The dims of ``md_gather(data, indices, out, status)``: ``data`` is ``[outer, rows, inner]``
 (``inner_bytes`` a row), ``indices`` ``count`` int32 or int64 (``index_bytes`` 4 or 8), ``out``
@@ -262,6 +292,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy": _copy,
     "md_copy_rows": _copy_rows,
     "md_gather": _gather,
+    "md_fill": _fill,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
@@ -281,7 +312,8 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthw
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
-                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather"})
+                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather",
+                                "md_fill"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).
@@ -355,7 +387,7 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "GATHER_DIMS", "GEMM_DIMS",
-           "IM2COL_DIMS",
-           "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
-           "WINOGRAD_TASK_DIMS", "native_function", "native_module", "winograd_workspace"]
+__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "FILL_DIMS", "GATHER_DIMS",
+           "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM",
+           "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function", "native_module",
+           "winograd_workspace"]

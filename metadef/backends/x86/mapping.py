@@ -501,6 +501,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
+    "Pad": (movement.pad_node,),
     "Gather": (movement.gather_node,),
     "Dropout": (movement.inference_dropout,),
     **{op: (movement.shape_node,) for op in ("Shape", "Size")},

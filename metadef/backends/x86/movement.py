@@ -1,16 +1,17 @@
-"""Data movement on x86 inside the native program: Concat, Split, Slice, Gather, Shape, Size,
-and Dropout at inference (a view of its input).
+"""Data movement on x86 inside the native program: Concat, Split, Slice, Pad, Gather, Shape,
+Size, and Dropout at inference (a view of its input).
 
 Concat and Split move whole blocks of bytes: with ``rows`` the product of the dims before
 ``axis``, each part (an input of Concat, an output of Split) is one contiguous block of every
 row of the whole tensor; one ``md_copy_rows`` call per part moves its blocks (a single
 ``memcpy`` when there is one row, as for a batch-1 NCHW concat along the channels). A Slice
 whose starts, axes and steps are constants is a box of rows too (its ends only set the
-output's shape, which the binding knows). Gather copies the rows its indices pick
-(``md_gather``, every index checked: one out of range raises InputError after the run, naming
-the node). Shape and Size copy their values, known once the binding's shapes are. So none of
-these leaves the native program for a Python step; run node by node (shapes that depend on
-values), they take their reference kernels.
+output's shape, which the binding knows); a constant-mode Pad with constant pads fills its
+output (``md_fill``) and copies its input into the box, a Slice the other way round. Gather
+copies the rows its indices pick (``md_gather``, every index checked: one out of range raises
+InputError after the run, naming the node). Shape and Size copy their values, known once the
+binding's shapes are. So none of these leaves the native program for a Python step; run node
+by node (shapes that depend on values), they take their reference kernels.
 
 Example:
     >>> from metadef.ir import parse_graph
@@ -207,6 +208,55 @@ def slice_node(node: Node) -> Choice | str:
                   native=needing(lower, "md_copy_rows"))
 
 
+_ZEROS = np.zeros(16, np.uint8)  # the fill value of a Pad without constant_value (any dtype's 0)
+
+
+def pad_node(node: Node) -> Choice | str:
+    """A constant-mode Pad with constant, non-negative pads: ``md_fill`` with the constant, then
+    the input copied into its box of the output (``md_copy_rows``)."""
+    got = _prepare(node, axis=0)
+    if isinstance(got, str):
+        return got
+    _, itemsize = got
+    attrs = _attrs(node)
+    if attrs["mode"] != "constant":
+        return f"mode {attrs['mode']!r} (only 'constant' runs natively)"
+    pads, axes = (None if k >= len(node.inputs) or node.inputs[k] is None else node.inputs[k] for k in (1, 3))
+    if pads is None or pads.const is None or (axes is not None and axes.const is None):
+        return "its pads or axes are computed at run time"
+    rank = len(node.inputs[0].type.shape)
+    amounts = [int(x) for x in np.asarray(pads.const).reshape(-1)]
+    listed = list(range(rank)) if axes is None else [int(a) % rank for a in np.asarray(axes.const).reshape(-1)]
+    if len(amounts) != 2 * len(listed) or min(amounts, default=0) < 0:
+        return "its pads are negative (a crop) or do not match its axes"
+    begin = [0] * rank
+    for a, amount in zip(listed, amounts):
+        begin[a] = amount
+    has_value = len(node.inputs) > 2 and node.inputs[2] is not None
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape, out = inputs[0], tuple(outputs[0])
+        if shape is None:
+            return "the input is absent"
+        value = Arg("in", 2) if has_value else Arg("addr", _ZEROS.ctypes.data)
+        if has_value and math.prod(inputs[2] or ()) != 1:
+            return "its constant_value is not one element"
+        copies = _slice_rows(out, tuple(shape), begin, [1] * rank, itemsize)  # the box, as a slice of the output
+        if isinstance(copies, str):
+            return copies
+        total = math.prod(out) * itemsize
+        calls = [Call(native_function("md_fill"), (value, Arg("out", 0)), (total, itemsize), "pad fill")] \
+            if total > math.prod(shape) * itemsize else []
+        move = native_function("md_copy_rows")
+        calls += [Call(move, (Arg("in", 0, small), Arg("out", 0, big)), (rows, block, small_stride, big_stride), "pad")
+                  for big, small, (rows, block, big_stride, small_stride) in copies]
+        return NativeStep(tuple(calls))
+
+    return Choice(_reference(node), "native", "Pad: a fill, then the input copied into its box",
+                  native=needing(lower, "md_fill", "md_copy_rows"))
+
+
 def gather_node(node: Node) -> Choice | str:
     """Gather as ``md_gather``: the rows the indices pick, each index checked."""
     got = _prepare(node)
@@ -283,5 +333,5 @@ def inference_dropout(node: Node) -> Choice | str:
     return Choice(run, "view", "Dropout at inference: its input (no copy)", native=ALIAS)
 
 
-__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "shape_node", "slice_node",
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "pad_node", "shape_node", "slice_node",
            "split_node"]

@@ -242,3 +242,47 @@ def test_dropout_at_inference_is_a_view_of_its_input(training: bool | None) -> N
         assert program.views == 1 and program.python_steps == 0
     finally:
         sess.executable.programs.give_back(program)
+
+
+def _pad_model(shape: list, pads: list[int], axes: list[int] | None, value: float | None, dtype: type = np.float32
+               ) -> onnx.ModelProto:
+    t = ONNX_TYPES[dtype]
+    inputs = ["x", "pads", "value" if value is not None else "", *(["axes"] if axes is not None else [])]
+    consts = [onnx.numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    consts += [onnx.numpy_helper.from_array(np.array(a, np.int64), "axes") for a in [axes] if a is not None]
+    graph_inputs = [helper.make_tensor_value_info("x", t, shape)]
+    if value is not None:
+        graph_inputs.append(helper.make_tensor_value_info("value", t, []))
+    graph = helper.make_graph([helper.make_node("Pad", inputs, ["y"], mode="constant")], "g", graph_inputs,
+                              [helper.make_tensor_value_info("y", t, None)], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize(("shape", "pads", "axes"), [
+    (["n", 3, 5, 5], [0, 0, 1, 1, 0, 0, 1, 1], None),          # a conv's padding, as tf2onnx writes it
+    (["n", 3, 5, 5], [0, 2, 0, 1, 0, 0, 3, 2], None),          # channels and width, unequal
+    (["n", 4], [2, 3], [1]),                                   # the last axis only, through axes
+    (["n", 2, 3], [0, 0, 0, 0, 0, 0], None),                   # nothing to pad: one copy
+])
+def test_a_constant_pad_matches_onnxruntime(shape: list, pads: list[int], axes: list[int] | None,
+                                           dtype: type) -> None:
+    for value in (None, 7):
+        model = _pad_model(shape, pads, axes, value, dtype)
+        feed_sets = [{"x": _values(tuple(n if d == "n" else d for d in shape), dtype),
+                      **({"value": np.array(value, dtype)} if value is not None else {})} for n in (1, 3)]
+        sess = _check(model, feed_sets)
+        assert _native(sess, {"n": 2}, "pad") >= 1
+
+
+def test_other_pads_run_from_their_reference_and_say_why() -> None:
+    reflect = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
+    graph = helper.make_graph([reflect], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array([0, 1, 0, 2], np.int64), "pads")])
+    sess = _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
+                  [{"x": _values((2, 4), np.float32)}])
+    assert "mode 'reflect'" in sess.executable.plan[0].reason
+    crop = _pad_model(["n", 4], [0, -1, 0, 1], None, None)
+    sess = _check(crop, [{"x": _values((2, 4), np.float32)}])
+    assert "negative" in sess.executable.plan[0].reason
