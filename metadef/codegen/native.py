@@ -12,6 +12,7 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_conv2d``: a 2-D convolution (grouped, strided, dilated, padded) as our own im2col into
   a workspace and one ``sgemm`` per image and group, the bias written into the output first;
   a 1x1 stride-1 unpadded conv reads its input in place.
+- ``md_col2im``: ConvTranspose's columns (``W^T X`` by sgemm) added into the output planes.
 - ``md_winograd_in`` / ``md_winograd_out``: the transforms of a 3x3 stride-1 conv as Winograd
   F(2x2, 3x3), around a batched sgemm of 16 products.
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
@@ -54,11 +55,13 @@ from llvmlite import ir
 from metadef.codegen.jit import compile_ir, load_object, object_code
 from metadef.codegen.kernel import KernelCode, current_store, load_or_claim, release
 from metadef.codegen.native_conv import (
+    COL2IM_DIMS,
     CONV2D_DIMS,
     IM2COL_DIMS,
     PAD2D_DIMS,
     WINOGRAD_DIMS,
     WINOGRAD_TASK_DIMS,
+    _col2im,
     _conv2d,
     _im2col,
     _im2col_task,
@@ -293,6 +296,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy_rows": _copy_rows,
     "md_gather": _gather,
     "md_fill": _fill,
+    "md_col2im": _col2im,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
     "md_im2col_task": _im2col_task,
@@ -387,7 +391,7 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "FILL_DIMS", "GATHER_DIMS",
-           "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM",
-           "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function", "native_module",
-           "winograd_workspace"]
+__all__ = ["COL2IM_DIMS", "CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "FILL_DIMS",
+           "GATHER_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES",
+           "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function",
+           "native_module", "winograd_workspace"]

@@ -1,5 +1,6 @@
 """The native convolution routines (see :mod:`.native`): im2col + sgemm, Winograd F(2x2, 3x3),
-and the zero padding the generated depthwise kernels read.
+col2im (ConvTranspose's scatter of sgemm's columns), and the zero padding the generated
+depthwise kernels read.
 
 Example:
     >>> winograd_workspace(64, 64, 56, 56) > 0
@@ -169,6 +170,66 @@ def _conv2d(module: ir.Module, im2col: ir.Function) -> None:
         _loop(b, I64(0), d["group"], group)
 
     _loop(b, I64(0), d["n"], image)
+    b.ret_void()
+
+
+COL2IM_DIMS = ("c", "kh", "kw", "h", "w", "oh", "ow", "sh", "sw", "dh", "dw", "bh", "bw", "has_bias",
+               "task", "tasks")
+"""The dims of ``md_col2im(cols, bias, y)``: ``cols`` is ``[c, kh, kw, h, w]`` (ConvTranspose's
+``W^T X`` for one image), ``y`` ``[c, oh, ow]``: ``y[c, iy*sh + ki*dh - bh, ix*sw + kj*dw - bw]``
+sums ``cols[c, ki, kj, iy, ix]`` over the taps that land inside, plus ``bias[c]`` when
+``has_bias``. Task ``task`` of ``tasks`` does its share of the channels."""
+
+
+def _col2im(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_col2im")
+    cols, bias, y = (_arg(b, args, i, PTR) for i in range(3))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(COL2IM_DIMS)}
+    plane, taps = b.mul(d["oh"], d["ow"]), b.mul(d["kh"], d["kw"])
+    pixels = b.mul(d["h"], d["w"])
+    first, last = _share(b, d["c"], d)
+
+    def bounds(k: ir.Value, dil: str, begin: str, stride: str, size: str, out: str) -> tuple[ir.Value, ir.Value]:
+        """The inputs ``i`` in ``[lo, hi)`` whose ``i*stride + k*dil - begin`` lies in ``[0, out)``."""
+        off = b.sub(b.mul(k, d[dil]), d[begin])
+        need = b.sub(I64(0), off)  # i*stride >= -off
+        lo = b.select(b.icmp_signed("<=", need, I64(0)), I64(0),
+                      b.sdiv(b.add(need, b.sub(d[stride], I64(1))), d[stride]))
+        room = b.sub(b.sub(d[out], I64(1)), off)  # i*stride <= out - 1 - off
+        hi = b.select(b.icmp_signed("<", room, I64(0)), I64(0), b.add(b.sdiv(room, d[stride]), I64(1)))
+        return lo, _smax(b, lo, _smin(b, hi, d[size]))
+
+    def channel(c: ir.Value) -> None:
+        yc = _elem(b, y, b.mul(c, plane))
+        start = b.select(b.icmp_signed("!=", d["has_bias"], I64(0)), b.load(_elem(b, bias, c), typ=F32), F32(0.0))
+
+        def fill(i: ir.Value) -> None:
+            b.store(start, _elem(b, yc, i))
+
+        _loop(b, I64(0), plane, fill)
+
+        def tap(t: ir.Value) -> None:
+            ki, kj = b.sdiv(t, d["kw"]), b.srem(t, d["kw"])
+            src = _elem(b, cols, b.mul(b.add(b.mul(c, taps), t), pixels))
+            y0, y1 = bounds(ki, "dh", "bh", "sh", "h", "oh")
+            x0, x1 = bounds(kj, "dw", "bw", "sw", "w", "ow")
+            ox0 = b.sub(b.mul(kj, d["dw"]), d["bw"])
+
+            def row(iy: ir.Value) -> None:
+                oy = b.sub(b.add(b.mul(iy, d["sh"]), b.mul(ki, d["dh"])), d["bh"])
+                src_row, dst_row = _elem(b, src, b.mul(iy, d["w"])), _elem(b, yc, b.mul(oy, d["ow"]))
+
+                def add(ix: ir.Value) -> None:
+                    at = _elem(b, dst_row, b.add(b.mul(ix, d["sw"]), ox0))
+                    b.store(b.fadd(b.load(at, typ=F32), b.load(_elem(b, src_row, ix), typ=F32)), at)
+
+                _loop(b, x0, x1, add)
+
+            _loop(b, y0, y1, row)
+
+        _loop(b, I64(0), taps, tap)
+
+    _loop(b, first, last, channel)
     b.ret_void()
 
 
@@ -362,4 +423,5 @@ def _pad2d(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "winograd_workspace"]
+__all__ = ["COL2IM_DIMS", "CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS",
+           "winograd_workspace"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86 import conv1x1, gemm, movement, native
+from metadef.backends.x86 import conv1x1, conv_transpose, gemm, movement, native
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
@@ -225,6 +225,7 @@ contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.Co
     "Einsum": lambda attrs, node: (blas.einsum_kernel(attrs), "np.einsum(optimize=True)")
     if _dtype_of(node) in (np.float32, np.float64) else (None, f"np.einsum does not take {_dtype_of(node)}"),
     "ai.metadef::Attention": _attention,
+    "ConvTranspose": conv_transpose.convtranspose_kernel,
 }
 
 
@@ -354,6 +355,7 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
         native.gemm_lowering(attrs_of(node), src, out, _dtype_of(node), consts[1] if len(consts) > 1 else None)),
     "Conv": lambda node, src, out, consts: _conv_lowering(node, src, out, consts),
     "ai.metadef::Attention": _native_attention,
+    "ConvTranspose": conv_transpose.convtranspose_lowering,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its
