@@ -16,7 +16,7 @@ Example:
     >>> choose(g.nodes[0]).kind
     'reference'
     >>> sorted(contraction_kernels)
-    ['Conv', 'Einsum', 'Gemm', 'MatMul', 'ai.metadef::Attention']
+    ['Conv', 'ConvTranspose', 'Einsum', 'Gemm', 'MatMul', 'ai.metadef::Attention']
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import conv1x1, conv_transpose, gemm, movement, native
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
-from metadef.backends.x86.native import ALIAS, NULL, Arg, Lowering, NativeStep
+from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
 from metadef.ops import Role
@@ -473,16 +473,24 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
                                       otherwise, consts[2] if len(consts) > 2 else None)
 
 
-def view_node(node: Node) -> Choice | str:
-    """A Reshape-like node (the output is the input's memory under another shape): no kernel."""
-    out = node.outputs[0].type
-    if out is None or out.shape is None:
-        return "the output shape is unknown"
+def castlike_node(node: Node) -> Choice | str:
+    """CastLike as the generated kernel of the Cast it is: its target's dtype is known here."""
+    x, like = (v.type if v is not None else None for v in node.inputs[:2])
+    if x is None or like is None:
+        return "its input types are unknown"
+    b = GraphBuilder(f"{node.name}/cast")
+    attrs = attrs_of(node)
+    y, = b.node("Cast", [b.input("x", x)], {"to": like.dtype.onnx, "saturate": attrs["saturate"],
+                                          "round_mode": attrs["round_mode"]}, name=node.name)
+    b.output(y)
+    got = generated_node(b.build().nodes[0])
+    if isinstance(got, str):
+        return got
 
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
-        return [np.reshape(args[0], tuple(out_types[0].shape))]
+        return got.kernel(args[:1], out_types)
 
-    return Choice(run, "view", f"{node.op}: a view of its input (no copy)", native=ALIAS)
+    return Choice(run, got.kind, f"CastLike as Cast to {like.dtype.name}: one LLVM kernel", native=got.native)
 
 
 def reference(node: Node, reason: str) -> Choice:
@@ -499,7 +507,8 @@ def reference(node: Node, reason: str) -> Choice:
 
 op_strategies: dict[str, tuple[Strategy, ...]] = {
     "ai.metadef::Fused": (contraction_group, generated_group),
-    **{op: (view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
+    **{op: (movement.view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
+    "CastLike": (castlike_node,),
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
@@ -577,8 +586,8 @@ def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | s
     return Choice(got.kernel, got.kind, reason, fallback, strategy, got.native)
 
 
-__all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "choose",
+__all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "castlike_node", "choose",
            "contraction_group", "contraction_kernels", "generated_group", "generated_node",
            "library_contraction", "native_contractions", "op_strategies", "reference", "replay",
            "role_strategies", "split_epilogue", "string_values",
-           "strategy_named", "view_node"]
+           "strategy_named"]

@@ -1,5 +1,5 @@
 """Data movement on x86 inside the native program: Concat, Split, Slice, Pad, Gather, Shape,
-Size, and Dropout at inference (a view of its input).
+Size; views (Reshape and the like, Dropout at inference) that move nothing.
 
 Concat and Split move whole blocks of bytes: with ``rows`` the product of the dims before
 ``axis``, each part (an input of Concat, an output of Split) is one contiguous block of every
@@ -318,6 +318,18 @@ def shape_node(node: Node) -> Choice | str:
                   native=needing(lower, "md_copy"))
 
 
+def view_node(node: Node) -> Choice | str:
+    """A Reshape-like node (the output is the input's memory under another shape): no kernel."""
+    out = node.outputs[0].type
+    if out is None or out.shape is None:
+        return "the output shape is unknown"
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return [np.reshape(args[0], tuple(out_types[0].shape))]
+
+    return Choice(run, "view", f"{node.op}: a view of its input (no copy)", native=ALIAS)
+
+
 def inference_dropout(node: Node) -> Choice | str:
     """Dropout without its mask and not in training mode (``training_mode`` absent or a constant,
     which inference checked: true only with ratio 0): its input, as a view."""
@@ -334,4 +346,4 @@ def inference_dropout(node: Node) -> Choice | str:
 
 
 __all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "pad_node", "shape_node", "slice_node",
-           "split_node"]
+           "split_node", "view_node"]

@@ -286,3 +286,21 @@ def test_other_pads_run_from_their_reference_and_say_why() -> None:
     crop = _pad_model(["n", 4], [0, -1, 0, 1], None, None)
     sess = _check(crop, [{"x": _values((2, 4), np.float32)}])
     assert "negative" in sess.executable.plan[0].reason
+
+
+@pytest.mark.parametrize(("source", "target"), [(np.float32, np.float16), (np.float32, np.int64),
+                                                (np.int64, np.float32), (np.uint8, np.bool_)])
+def test_castlike_runs_as_the_generated_cast_it_is(source: type, target: type) -> None:
+    node = helper.make_node("CastLike", ["x", "like"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", ONNX_TYPES[source], ["n", 3])],
+                              [helper.make_tensor_value_info("y", ONNX_TYPES[target], None)],
+                              [onnx.numpy_helper.from_array(np.zeros(1, target), "like")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    values = [_values((n, 3), source) * (100 if source is np.float32 else 1) for n in (1, 4)]
+    sess = _check(model, [{"x": v.astype(source)} for v in values])
+    assert sess.executable.plan[0].kind == "generated"
+    program = sess.executable.programs.bound({"n": 2})
+    try:
+        assert program.python_steps == 0
+    finally:
+        sess.executable.programs.give_back(program)
