@@ -9,7 +9,9 @@
   ``Gelu(approximate="tanh")``;
 - ``recognize_silu``: ``x * Sigmoid(x)`` -> ``ai.metadef::SiLU``;
 - ``recognize_hardswish``: ``x * HardSigmoid(x)``, ``x * Relu6(x + 3) / 6`` -> ``HardSwish``;
-- ``recognize_attention``: ``softmax(Q Kt / sqrt(d) + mask) V`` -> ``ai.metadef::Attention``.
+- ``recognize_attention``: ``softmax(Q Kt / sqrt(d) + mask) V`` -> ``ai.metadef::Attention``;
+- ``recognize_onnx_attention``: ONNX's ``Attention`` (opset 23) in its plain form (no causal
+  mask, softcap, window, past or grouped heads) -> ``ai.metadef::Attention``.
 
 A rule refuses, with the reason in the decision log, when a value inside the pattern is also
 read outside it or a node is marked ``no_fuse``; it does not fire when a constant differs

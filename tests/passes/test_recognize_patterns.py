@@ -310,7 +310,8 @@ def test_softmax_over_another_axis_is_not_attention():
 
 def test_rule_names():
     assert sorted({r.name for r in recognition_rules}) == [
-        "recognize_attention", "recognize_gelu", "recognize_hardswish", "recognize_layernorm", "recognize_silu"]
+        "recognize_attention", "recognize_gelu", "recognize_hardswish", "recognize_layernorm",
+        "recognize_onnx_attention", "recognize_silu"]
 
 
 # ------------------------------------------------------------------------ ONNX export
@@ -377,3 +378,38 @@ def test_zoo_still_matches_onnxruntime(name):
     dims = {"batch": 2, "seq": 24} if name == "bert" else {"batch": 2}
     check = compare_with_onnxruntime(proto, md.zoo.describe(name).example_inputs(**dims), graph=after)
     assert check.ok, [o for o in check.outputs if not o.ok]
+
+
+def _onnx_attention(inputs: list[str], shapes: dict[str, list], **attrs) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+    node = helper.make_node("Attention", inputs, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                            for n in inputs if n],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 23)])
+
+
+@pytest.mark.parametrize("target", ["reference", "x86"])
+@pytest.mark.parametrize(("inputs", "attrs"), [(["q", "k", "v"], {}), (["q", "k", "v", "mask"], {"scale": 0.3})])
+def test_onnx_attention_in_its_plain_form_becomes_ours(inputs: list[str], attrs: dict, target: str) -> None:
+    shapes = {"q": ["b", 2, "s", 8], "k": ["b", 2, "t", 8], "v": ["b", 2, "t", 5], "mask": ["b", 1, "s", "t"]}
+    model = _onnx_attention(inputs, shapes, **attrs)
+    graph = md.optimize(md.import_onnx(model))
+    assert _ops(graph) == ["ai.metadef::Attention"]
+    sess = md.compile(graph, target=target)
+    for b, s, t in ((1, 3, 4), (2, 5, 7)):
+        sizes = {"b": b, "s": s, "t": t}
+        feeds = {n: _f32(*(sizes.get(d, d) for d in shapes[n])) for n in inputs}
+        want = run_onnxruntime(model, feeds)
+        np.testing.assert_allclose(sess.run(feeds)["y"], want["y"] if isinstance(want, dict) else want[0],
+                                   rtol=1e-4, atol=1e-5)
+    if target == "x86":
+        assert not any(p.fallback for p in sess.executable.plan)
+
+
+@pytest.mark.parametrize(("attrs", "why"), [({"is_causal": 1}, "is_causal=1"), ({"softcap": 2.0}, "softcap=2.0")])
+def test_onnx_attention_in_another_form_stays_and_says_why(attrs: dict, why: str) -> None:
+    shapes = {"q": [1, 2, 3, 8], "k": [1, 2, 3, 8], "v": [1, 2, 3, 8]}
+    ctx = PassContext()
+    after = recognize_patterns(md.import_onnx(_onnx_attention(["q", "k", "v"], shapes, **attrs)), ctx)
+    assert _ops(after) == ["Attention"] and why in ctx.log.lines()[0]

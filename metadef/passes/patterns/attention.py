@@ -8,7 +8,11 @@
     probs  = Softmax(scores, axis=-1)
     y      = MatMul(probs, V)
 
-becomes ``Attention(Q, K, V[, mask], scale)`` with K ``[*B, N, D]``: when Kt is made by a
+becomes ``Attention(Q, K, V[, mask], scale)`` with K ``[*B, N, D]``; so does ONNX's own
+``Attention`` (opset 23, as exporters now emit scaled-dot-product attention) in its plain
+form: 4-D Q, K, V with as many key/value heads as query heads, an optional float (additive)
+mask, no causal mask, softcap, window, past key/value or extra outputs (rule
+``recognize_onnx_attention``). When Kt is made by a
 Transpose (BERT: ``Transpose(perm=[0,2,3,1])`` of the projected keys), the new node reads that
 Transpose's input through one composed Transpose (or directly, when the composition is the
 identity), else a Transpose of the last two axes is inserted. A mask of rank below 2 gets
@@ -16,8 +20,8 @@ leading unit axes. The scores, scaled, masked scores and probabilities must have
 consumers.
 
 Example:
-    >>> len(attention_rules), attention_rules[0].name
-    (6, 'recognize_attention')
+    >>> len(attention_rules), attention_rules[0].name, attention_rules[-1].name
+    (8, 'recognize_attention', 'recognize_onnx_attention')
 """
 
 from __future__ import annotations
@@ -103,7 +107,41 @@ def _build(m: Match, ed: GraphEditor) -> Built:
                 domain="ai.metadef")
 
 
+_PLAIN = {"is_causal": 0, "softcap": 0.0, "qk_matmul_output_mode": 0, "left_window_size": -1,
+          "right_window_size": -1, "q_num_heads": None, "kv_num_heads": None}
+
+
+def _build_onnx(m: Match, ed: GraphEditor) -> Built:
+    """ONNX's Attention in its plain form as ``ai.metadef::Attention`` (see the module doc)."""
+    node = m.node("onnx_attention")
+    for key, plain in _PLAIN.items():
+        if node.attrs.get(key, plain) != plain:
+            return Refusal(f"{key}={node.attrs[key]!r} (only the plain form is recognized)")
+    if len(node.outputs) != 1:
+        return Refusal("present key/value or qk_matmul_output are asked for")
+    q, k, v = (m.value(n) for n in ("q", "k", "v"))
+    types = [t.type for t in (q, k, v)]
+    if any(t is None or t.shape is None or len(t.shape) != 4 for t in types) or types[0].dtype != types[2].dtype:
+        return Refusal("Q, K and V are not all 4-D of one dtype")
+    if types[0].shape[1] != types[1].shape[1] or types[1].shape[1] != types[2].shape[1]:
+        return Refusal("key/value heads differ from query heads (grouped-query attention)")
+    mask = m.value("mask") if m.has("mask") else None
+    if mask is not None and (mask.type is None or mask.type.dtype != types[0].dtype):
+        return Refusal("the mask is not an additive mask of Q's dtype")
+    scale = node.attrs.get("scale")
+    if scale is None:
+        depth = types[0].shape[-1]
+        if not isinstance(depth, int):
+            return Refusal("the default scale needs a static head size")
+        scale = 1.0 / float(np.sqrt(depth))
+    return emit(m, ed, "Attention", [q, k, v] if mask is None else [q, k, v, mask], {"scale": float(scale)},
+                domain="ai.metadef")
+
+
 attention_rules = [Rule(RULE, p, _build, doc="softmax(Q Kt * scale + mask) V -> ai.metadef::Attention")
                    for p in _patterns()]
+attention_rules += [Rule("recognize_onnx_attention", op("Attention", *(var(n) for n in names), name="onnx_attention"),
+                         _build_onnx, doc="ONNX Attention (plain form) -> ai.metadef::Attention")
+                    for names in (("q", "k", "v"), ("q", "k", "v", "mask"))]
 
 __all__ = ["attention_rules"]
