@@ -1,8 +1,8 @@
 """Single ops that used to leave x86's native program, vs ONNX Runtime, measured interleaved.
 
 Each case is a one- or two-node ONNX model: a decoder's 2x ConvTranspose, an Inception-style
-Concat of four branches, BERT's embedding Gather, a tf2onnx-style Pad before a conv, a
-CastLike. metadef compiles it for x86 (``threads=1``; ORT with one intra-op thread) and the
+Concat of four branches, BERT's embedding Gather, a tf2onnx-style Pad before a conv, YOLO's
+nearest 2x upsampling, a CastLike. metadef compiles it for x86 (``threads=1``; ORT with one intra-op thread) and the
 two run alternately; the table gives medians in ms and the ratio metadef / ORT, and the
 kind of step metadef ran (``native``/``blas``: in the native program; ``reference``: numpy).
 
@@ -35,6 +35,7 @@ def _model(nodes: list, inputs: list, consts: dict[str, np.ndarray]) -> onnx.Mod
 def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
     """name -> (model, feeds)."""
     x = RNG.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    small = RNG.standard_normal((1, 128, 40, 40)).astype(np.float32)
     branches = {f"b{i}": RNG.standard_normal((1, 64, 28, 28)).astype(np.float32) for i in range(4)}
     ids = RNG.integers(0, 30522, (8, 128)).astype(np.int64)
     return {
@@ -53,6 +54,10 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             [helper.make_node("Pad", ["x", "pads"], ["y"])],
             [helper.make_tensor_value_info("x", F, ["n", 64, 56, 56])],
             {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}), {"x": x}),
+        "Resize nearest 2x of [128,40,40] (YOLO)": (_model(
+            [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+            [helper.make_tensor_value_info("x", F, ["n", 128, 40, 40])],
+            {"scales": np.array([1, 1, 2, 2], np.float32)}), {"x": small}),
         "CastLike [64,56,56] to float16 and back": (_model(
             [helper.make_node("CastLike", ["x", "half"], ["h"]), helper.make_node("CastLike", ["h", "x"], ["y"])],
             [helper.make_tensor_value_info("x", F, ["n", 64, 56, 56])],

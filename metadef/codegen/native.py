@@ -26,6 +26,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
+- ``md_gather_planes``: every plane's 32-bit elements picked by one index table (a nearest
+  Resize: the table says which input pixel each output pixel copies).
 - ``md_fill``: fill bytes with copies of one element (Pad's constant), in doubling copies.
 - ``md_gather``: Gather's rows picked by int32/int64 indices, each checked: an index out of
   range writes zeros and is reported in a status word the caller reads after the run.
@@ -88,6 +90,7 @@ from metadef.codegen.native_ir import (
     _float_bits,
     _if,
     _loop,
+    _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.core.errors import BackendError
@@ -147,6 +150,31 @@ def _copy_rows(module: ir.Module) -> None:
         b.call(memcpy, [to, b.gep(src, [b.mul(r, src_stride)], source_etype=byte), row_bytes, ir.IntType(1)(0)])
 
     _loop(b, I64(0), rows, row)
+    b.ret_void()
+
+
+GATHER_PLANES_DIMS = ("planes", "in_plane", "out_plane", "task", "tasks")
+"""The dims of ``md_gather_planes(x, table, y)``: ``y[p, j] = x[p, table[j]]`` for 32-bit
+elements, ``table`` ``out_plane`` int32 indices below ``in_plane`` (the caller's promise); task
+``task`` of ``tasks`` does its share of the planes."""
+
+
+def _gather_planes(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_gather_planes")
+    x, table, y = (_arg(b, args, i, PTR) for i in range(3))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GATHER_PLANES_DIMS)}
+    first, last = _share(b, d["planes"], d)
+
+    def plane(p: ir.Value) -> None:
+        src, dst = _elem(b, x, b.mul(p, d["in_plane"])), _elem(b, y, b.mul(p, d["out_plane"]))
+
+        def one(j: ir.Value) -> None:
+            at = b.sext(b.load(b.gep(table, [j], source_etype=I32), typ=I32), I64)
+            b.store(b.load(_elem(b, src, at), typ=F32), _elem(b, dst, j))
+
+        _loop(b, I64(0), d["out_plane"], one)
+
+    _loop(b, first, last, plane)
     b.ret_void()
 
 
@@ -296,6 +324,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy_rows": _copy_rows,
     "md_gather": _gather,
     "md_fill": _fill,
+    "md_gather_planes": _gather_planes,
     "md_col2im": _col2im,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
@@ -392,6 +421,6 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
 
 
 __all__ = ["COL2IM_DIMS", "CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "FILL_DIMS",
-           "GATHER_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES",
-           "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function",
+           "GATHER_DIMS", "GATHER_PLANES_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS",
+           "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function",
            "native_module", "winograd_workspace"]

@@ -513,6 +513,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
     "Pad": (movement.pad_node,),
+    **{op: (movement.nearest_resize_node,) for op in ("Resize", "Upsample")},
     "Gather": (movement.gather_node,),
     "Dropout": (movement.inference_dropout,),
     **{op: (movement.shape_node,) for op in ("Shape", "Size")},

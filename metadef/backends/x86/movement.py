@@ -1,5 +1,6 @@
-"""Data movement on x86 inside the native program: Concat, Split, Slice, Pad, Gather, Shape,
-Size; views (Reshape and the like, Dropout at inference) that move nothing.
+"""Data movement on x86 inside the native program: Concat, Split, Slice, Pad, Gather, nearest
+Resize and Upsample, Shape, Size; views (Reshape and the like, Dropout at inference) that move
+nothing.
 
 Concat and Split move whole blocks of bytes: with ``rows`` the product of the dims before
 ``axis``, each part (an input of Concat, an output of Split) is one contiguous block of every
@@ -32,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86.choice import Choice, StepKernel
-from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep, needing
-from metadef.codegen.native import native_function
+from metadef.backends.x86.native import ALIAS, PARALLEL_ELEMENTS, Arg, Call, NativeStep, needing
+from metadef.codegen.native import GATHER_PLANES_DIMS, native_function
 from metadef.ir import Node
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval import run_node
@@ -292,6 +293,52 @@ def gather_node(node: Node) -> Choice | str:
                   native=needing(lower, "md_gather"))
 
 
+def nearest_resize_node(node: Node) -> Choice | str:
+    """A nearest-neighbour Resize (or Upsample) of float32 planes with constant parameters as
+    ``md_gather_planes``: which input pixel each output pixel copies is found once per binding,
+    by running the op's own reference on a plane of pixel numbers, so every coordinate mode
+    and rounding rule is the reference's."""
+    attrs = _attrs(node)
+    x = node.inputs[0].type
+    if x is None or x.shape is None or len(x.shape) < 2 or x.dtype.numpy.itemsize != 4 \
+            or x.dtype.numpy.kind not in "fiu":
+        return "only 32-bit elements of a known rank are resized natively"
+    if attrs.get("mode") != "nearest" or attrs.get("antialias") or \
+            attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return "only nearest resizing (no crop, no antialias) runs natively"
+    params = [None if v is None else v.const for v in node.inputs[1:]]
+    if any(v is not None and c is None for v, c in zip(node.inputs[1:], params)):
+        return "its scales, sizes or roi are computed at run time"
+    reference = node.metaop.semantics.reference
+    rank = len(x.shape)
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape, out = inputs[0], tuple(outputs[0])
+        if shape is None or tuple(shape[:-2]) != out[:-2]:
+            return "it resizes more than the last two axes"
+        h, w = shape[-2:]
+        numbers = np.arange(h * w, dtype=np.float64).reshape((1,) * (rank - 2) + (h, w))
+        picked = np.asarray(reference([numbers, *params], attrs))
+        table = picked.reshape(-1, *picked.shape[-2:])[0].reshape(-1).astype(np.int32)
+        if table.size != math.prod(out[-2:]):
+            return "the reference's pixel map does not have the output's size"
+        planes = math.prod(out[:-2])
+        dims = {"planes": planes, "in_plane": h * w, "out_plane": table.size, "task": 0, "tasks": 1}
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or planes < count or math.prod(out) < PARALLEL_ELEMENTS:
+                return None
+            return [tuple({**dims, "task": t, "tasks": count}[d] for d in GATHER_PLANES_DIMS) for t in range(count)]
+
+        call = Call(native_function("md_gather_planes"), (Arg("in", 0), Arg("addr", table.ctypes.data), Arg("out", 0)),
+                    tuple(dims[d] for d in GATHER_PLANES_DIMS), "resize nearest", tasks)
+        return NativeStep((call,) if planes and table.size else (), keep=(table,))
+
+    return Choice(_reference(node), "native", f"{node.op} nearest: a pixel map per binding (md_gather_planes)",
+                  native=needing(lower, "md_gather_planes"))
+
+
 def shape_node(node: Node) -> Choice | str:
     """Shape and Size: their values follow from the binding's shapes, copied from a constant."""
     attrs = _attrs(node)
@@ -345,5 +392,5 @@ def inference_dropout(node: Node) -> Choice | str:
     return Choice(run, "view", "Dropout at inference: its input (no copy)", native=ALIAS)
 
 
-__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "pad_node", "shape_node", "slice_node",
-           "split_node", "view_node"]
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "nearest_resize_node", "pad_node",
+           "shape_node", "slice_node", "split_node", "view_node"]

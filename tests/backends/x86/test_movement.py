@@ -4,6 +4,8 @@ Gather with its index checks, Shape and Size; new batch sizes compile nothing.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.jit
 
 RNG = np.random.default_rng(7)
 ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL,
-              np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8}
+              np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8, np.int32: TensorProto.INT32}
 
 
 def _values(shape: tuple[int, ...], dtype: type) -> np.ndarray:
@@ -304,3 +306,42 @@ def test_castlike_runs_as_the_generated_cast_it_is(source: type, target: type) -
         assert program.python_steps == 0
     finally:
         sess.executable.programs.give_back(program)
+
+
+def _resize_model(shape: list, scales: list[float] | None, sizes: list[int] | None, dtype: type = np.float32,
+                  **attrs: Any) -> onnx.ModelProto:
+    consts = [onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")] if scales else []
+    consts += [onnx.numpy_helper.from_array(np.array(sizes, np.int64), "sizes")] if sizes else []
+    node = helper.make_node("Resize", ["x", "", "scales" if scales else "", *(["sizes"] if sizes else [])], ["y"],
+                            mode="nearest", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", ONNX_TYPES[dtype], shape)],
+                              [helper.make_tensor_value_info("y", ONNX_TYPES[dtype], None)], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize(("ctm", "rounding"), [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"),
+                                               ("align_corners", "round_prefer_ceil"), ("pytorch_half_pixel", "ceil")])
+@pytest.mark.parametrize(("scales", "sizes"), [([1, 1, 2, 2], None), ([1, 1, 0.5, 1.5], None),
+                                               (None, [2, 3, 7, 5])])
+def test_a_nearest_resize_with_constant_parameters_runs_natively(ctm: str, rounding: str, scales: list | None,
+                                                                 sizes: list | None) -> None:
+    batch: Any = 2 if sizes else "n"
+    model = _resize_model([batch, 3, 6, 4], scales, sizes, coordinate_transformation_mode=ctm, nearest_mode=rounding)
+    sess = _check(model, [{"x": _values((2, 3, 6, 4), np.float32)}, *([{"x": _values((5, 3, 6, 4), np.float32)}]
+                                                                      if not sizes else [])])
+    assert sess.executable.plan[0].kind == "native"
+    assert _native(sess, {"n": 2} if not sizes else {}, "resize nearest") == 1
+
+
+def test_yolo_style_upsampling_of_int32_and_the_old_upsample() -> None:
+    sess = _check(_resize_model(["n", 8, 5, 5], [1, 1, 2, 2], None, np.int32), [{"x": _values((3, 8, 5, 5), np.int32)}])
+    assert _native(sess, {"n": 3}, "resize nearest") == 1
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array([1, 1, 3, 2], np.float32), "scales")])
+    upsample = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    sess = md.compile(md.import_onnx(upsample), target="x86")
+    x = _values((2, 2, 3, 3), np.float32)
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], x.repeat(3, axis=2).repeat(2, axis=3))
+    assert _native(sess, {"n": 2}, "resize nearest") == 1
