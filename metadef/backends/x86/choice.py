@@ -1,4 +1,5 @@
-"""What a strategy of the x86 mapping table returns: a :class:`Choice` (how one node runs).
+"""What a strategy of the x86 mapping table returns: a :class:`Choice` (how one node runs),
+and the two helpers every strategy module uses: :func:`attrs_of` and :func:`reference`.
 
 Example:
     >>> import numpy as np
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from metadef.backends.x86.native import Lowering
 from metadef.ir import Node
+from metadef.ops.interface import resolve_attrs
+from metadef.ops.numpy_eval import run_node
 from metadef.shape import TensorType
 
 StepKernel = Callable[[Sequence[np.ndarray | None], Sequence[TensorType]], list[np.ndarray]]
@@ -40,4 +44,21 @@ class Choice:
 Strategy = Callable[[Node], "Choice | str"]
 """A node -> its Choice, or why the strategy does not take it."""
 
-__all__ = ["Choice", "StepKernel", "Strategy"]
+
+def attrs_of(node: Node) -> dict[str, Any]:
+    """The node's attributes with the meta-op's defaults filled in."""
+    op = node.metaop
+    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
+
+
+def reference(node: Node, reason: str) -> Choice:
+    """The node's reference kernel (the numpy oracle), with the reason it was chosen."""
+    op, attrs = node.metaop, attrs_of(node)
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        return run_node(op, attrs, args, out_types, node.name)
+
+    return Choice(run, "reference", reason, fallback=True)
+
+
+__all__ = ["Choice", "StepKernel", "Strategy", "attrs_of", "reference"]

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -39,14 +40,8 @@ from metadef.codegen.native import COL2IM_DIMS, native_function
 from metadef.core.errors import MetadefError
 from metadef.ir import Node
 from metadef.ops.defs.nn import convtranspose_reference, transpose_geometry
-from metadef.ops.interface import resolve_attrs
 
 Shape = tuple[int, ...]
-
-
-def _attrs(node: Node) -> dict[str, Any]:
-    op = node.metaop
-    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
 
 
 def convtranspose_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
@@ -60,7 +55,7 @@ def convtranspose_lowering(node: Node, sources: Sequence[Arg], out: Arg,
     x = node.inputs[0].type
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy != np.float32:
         return None
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     group = int(attrs["group"])
     bias = sources[2] if len(sources) > 2 else NULL
 

@@ -30,15 +30,13 @@ import numpy as np
 
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import conv1x1, conv_transpose, gemm, movement, native
-from metadef.backends.x86.choice import Choice, StepKernel, Strategy
+from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
 from metadef.ops import Role
 from metadef.ops.defs.fused import run_body
-from metadef.ops.interface import resolve_attrs
-from metadef.ops.numpy_eval import run_node
 from metadef.shape import TensorType, evaluate_shape
 
 try:  # codegen is the only home of llvmlite: without it, everything runs on the other kernels
@@ -47,12 +45,6 @@ try:  # codegen is the only home of llvmlite: without it, everything runs on the
 except ImportError as _e:  # pragma: no cover - depends on the installation
     CodegenUnsupported = compile_group = compile_node = None  # type: ignore[assignment,misc]
     CODEGEN_MISSING = f"metadef.codegen is not available ({_e})"
-
-def attrs_of(node: Node) -> dict[str, Any]:
-    """The node's attributes with the meta-op's defaults filled in."""
-    op = node.metaop
-    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
-
 
 def _empty(types: Sequence[TensorType]) -> list[np.ndarray]:
     return [np.empty(tuple(t.shape), t.dtype.numpy) for t in types]
@@ -491,16 +483,6 @@ def castlike_node(node: Node) -> Choice | str:
         return got.kernel(args[:1], out_types)
 
     return Choice(run, got.kind, f"CastLike as Cast to {like.dtype.name}: one LLVM kernel", native=got.native)
-
-
-def reference(node: Node, reason: str) -> Choice:
-    """The node's reference kernel (the numpy oracle), with the reason it was chosen."""
-    op, attrs = node.metaop, attrs_of(node)
-
-    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
-        return run_node(op, attrs, args, out_types, node.name)
-
-    return Choice(run, "reference", reason, fallback=True)
 
 
 # --------------------------------------------------------------------------------- tables

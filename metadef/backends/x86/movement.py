@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from metadef.backends.x86.choice import Choice, StepKernel
-from metadef.backends.x86.native import ALIAS, PARALLEL_ELEMENTS, Arg, Call, NativeStep, needing
+from metadef.backends.x86.choice import Choice, attrs_of, reference
+from metadef.backends.x86.native import ALIAS, PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, needing
 from metadef.codegen.native import GATHER_PLANES_DIMS, native_function
 from metadef.ir import Node
-from metadef.ops.interface import resolve_attrs
-from metadef.ops.numpy_eval import run_node
 from metadef.shape import TensorType
 
 Shape = tuple[int, ...]
@@ -62,11 +59,6 @@ def _copies(whole: Shape, parts: Sequence[Shape], axis: int, itemsize: int, conc
     return NativeStep(tuple(calls))
 
 
-def _attrs(node: Node) -> dict[str, Any]:
-    op = node.metaop
-    return resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs)
-
-
 def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
     """(axis, itemsize) of a node moving numbers of a known size along its first input's
     ``axis`` attribute (or ``axis``), or why not."""
@@ -77,55 +69,49 @@ def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
     if dtype.kind not in "biufc" or dtype.itemsize == 0:
         return f"{dtype} is not a fixed-size number"
     rank = len(types[0].shape)
-    axis = int(_attrs(node)["axis"]) if axis is None else axis
+    axis = int(attrs_of(node)["axis"]) if axis is None else axis
     if not -rank <= axis < rank:
         return f"axis {axis} is outside rank {rank}"
     return axis % rank, dtype.itemsize
 
 
-def _reference(node: Node) -> StepKernel:
-    """The node's reference kernel, for the node-by-node path (shapes that depend on values)."""
-    op, attrs = node.metaop, _attrs(node)
+def _native(node: Node, reason: str, lower: Lowering, *routines: str) -> Choice:
+    """The Choice of a step that runs ``lower``'s native calls (its reference kernel when the
+    graph runs node by node)."""
+    return Choice(reference(node, "").kernel, "native", reason, native=needing(lower, *routines))
 
-    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
-        return run_node(op, attrs, args, out_types, node.name)
 
-    return run
+def _part_copies(node: Node, concat: bool) -> Choice | str:
+    """Concat (``concat``) or Split as one ``md_copy_rows`` per part: each input into its block
+    of the output's rows, or each output from its block of the input's rows."""
+    got = _prepare(node)
+    if isinstance(got, str):
+        return got
+    axis, itemsize = got
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        if concat:
+            parts = [s for s in inputs if s is not None]
+            if len(parts) != len(inputs):
+                return "an input is absent"
+            return _copies(outputs[0], parts, axis, itemsize, concat)
+        if inputs[0] is None:
+            return "the input is absent"
+        return _copies(inputs[0], outputs, axis, itemsize, concat)
+
+    what = "Concat: one row copy per input" if concat else "Split: one row copy per output"
+    return _native(node, f"{what} (md_copy_rows)", lower, "md_copy_rows")
 
 
 def concat_node(node: Node) -> Choice | str:
     """Concat as one ``md_copy_rows`` per input, each into its block of the output's rows."""
-    got = _prepare(node)
-    if isinstance(got, str):
-        return got
-    axis, itemsize = got
-
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        parts = [s for s in inputs if s is not None]
-        if len(parts) != len(inputs):
-            return "an input is absent"
-        return _copies(outputs[0], parts, axis, itemsize, concat=True)
-
-    return Choice(_reference(node), "native", "Concat: one row copy per input (md_copy_rows)",
-                  native=needing(lower, "md_copy_rows"))
+    return _part_copies(node, concat=True)
 
 
 def split_node(node: Node) -> Choice | str:
     """Split as one ``md_copy_rows`` per output, each from its block of the input's rows."""
-    got = _prepare(node)
-    if isinstance(got, str):
-        return got
-    axis, itemsize = got
-
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        if inputs[0] is None:
-            return "the input is absent"
-        return _copies(inputs[0], outputs, axis, itemsize, concat=False)
-
-    return Choice(_reference(node), "native", "Split: one row copy per output (md_copy_rows)",
-                  native=needing(lower, "md_copy_rows"))
+    return _part_copies(node, concat=False)
 
 
 MAX_SLICE_CALLS = 256
@@ -205,8 +191,7 @@ def slice_node(node: Node) -> Choice | str:
         return NativeStep(tuple(Call(address, (Arg("in", 0, s), Arg("out", 0, d)), dims, "slice")
                                 for s, d, dims in copies))
 
-    return Choice(_reference(node), "native", "Slice: row copies (md_copy_rows)",
-                  native=needing(lower, "md_copy_rows"))
+    return _native(node, "Slice: row copies (md_copy_rows)", lower, "md_copy_rows")
 
 
 _ZEROS = np.zeros(16, np.uint8)  # the fill value of a Pad without constant_value (any dtype's 0)
@@ -219,7 +204,7 @@ def pad_node(node: Node) -> Choice | str:
     if isinstance(got, str):
         return got
     _, itemsize = got
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     if attrs["mode"] != "constant":
         return f"mode {attrs['mode']!r} (only 'constant' runs natively)"
     pads, axes = (None if k >= len(node.inputs) or node.inputs[k] is None else node.inputs[k] for k in (1, 3))
@@ -254,8 +239,7 @@ def pad_node(node: Node) -> Choice | str:
                   for big, small, (rows, block, big_stride, small_stride) in copies]
         return NativeStep(tuple(calls))
 
-    return Choice(_reference(node), "native", "Pad: a fill, then the input copied into its box",
-                  native=needing(lower, "md_fill", "md_copy_rows"))
+    return _native(node, "Pad: a fill, then the input copied into its box", lower, "md_fill", "md_copy_rows")
 
 
 def gather_node(node: Node) -> Choice | str:
@@ -289,8 +273,7 @@ def gather_node(node: Node) -> Choice | str:
                     (outer, rows, count, math.prod(shape[axis + 1:]) * itemsize, index_bytes), "gather")
         return NativeStep((call,), keep=(status,), checks=((status, why),))
 
-    return Choice(_reference(node), "native", "Gather: the picked rows copied, each index checked (md_gather)",
-                  native=needing(lower, "md_gather"))
+    return _native(node, "Gather: the picked rows copied, each index checked (md_gather)", lower, "md_gather")
 
 
 def nearest_resize_node(node: Node) -> Choice | str:
@@ -298,7 +281,7 @@ def nearest_resize_node(node: Node) -> Choice | str:
     ``md_gather_planes``: which input pixel each output pixel copies is found once per binding,
     by running the op's own reference on a plane of pixel numbers, so every coordinate mode
     and rounding rule is the reference's."""
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     x = node.inputs[0].type
     if x is None or x.shape is None or len(x.shape) < 2 or x.dtype.numpy.itemsize != 4 \
             or x.dtype.numpy.kind not in "fiu":
@@ -335,13 +318,12 @@ def nearest_resize_node(node: Node) -> Choice | str:
                     tuple(dims[d] for d in GATHER_PLANES_DIMS), "resize nearest", tasks)
         return NativeStep((call,) if planes and table.size else (), keep=(table,))
 
-    return Choice(_reference(node), "native", f"{node.op} nearest: a pixel map per binding (md_gather_planes)",
-                  native=needing(lower, "md_gather_planes"))
+    return _native(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
 
 
 def shape_node(node: Node) -> Choice | str:
     """Shape and Size: their values follow from the binding's shapes, copied from a constant."""
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
@@ -361,8 +343,7 @@ def shape_node(node: Node) -> Choice | str:
                     node.op.lower())
         return NativeStep((call,), keep=(values,))
 
-    return Choice(_reference(node), "native", f"{node.op}: its values copied, known from the binding's shapes",
-                  native=needing(lower, "md_copy"))
+    return _native(node, f"{node.op}: its values copied, known from the binding's shapes", lower, "md_copy")
 
 
 def view_node(node: Node) -> Choice | str:
