@@ -118,3 +118,29 @@ def test_conv_kernel_is_thread_safe() -> None:
     assert not errors
     for g_, w_ in zip(got, want):
         np.testing.assert_array_equal(g_, w_)
+
+
+@pytest.mark.jit
+@pytest.mark.skipif(CODEGEN_MISSING is not None, reason="needs metadef.codegen")
+def test_epilogues_of_strided_convs_compile_when_the_image_size_is_symbolic() -> None:
+    """A strided conv's output is floor((h - 1)/2) + 1 high: its fused Relu and residual Add see
+    that size but no h. The epilogue kernel takes it as a size of its own (one compile for
+    every image size), instead of falling back to numpy."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    weights = {"w": _rand(8, 8, 3, 3), "b": _rand(8), "w2": _rand(8, 8, 3, 3)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = md.compile(md.optimize(md.import_onnx(model), level="aggressive"), target="x86")
+    assert [p.kind for p in sess.executable.plan] == ["blas+generated epilogue"] * 2
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((1, 8, 9, 7), (2, 8, 16, 16), (1, 8, 5, 12)):
+        x = _rand(*shape)
+        np.testing.assert_allclose(sess.run({"x": x})["y"], oracle.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
