@@ -11,7 +11,7 @@ Example:
     ...     return graph.clone()
     >>> ctx = PassContext()
     >>> run_pipeline(g, [nothing], ctx).nodes[0].op, list(ctx.timings)
-    ('Relu', ['nothing'])
+    ('Relu', ['nothing', 'refine_types'])
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from metadef.core import flags
 from metadef.core.errors import MetadefError
 from metadef.ir import Graph, verify
+from metadef.passes.refine_types import refine_types
 from metadef.rewrite import DecisionLog, RewriteOptions
 
 
@@ -43,8 +44,10 @@ GraphPass = Callable[[Graph, PassContext], Graph]
 
 
 def run_pipeline(graph: Graph, passes: Sequence[GraphPass], ctx: PassContext) -> Graph:
-    """Run passes in order; with ``ctx.verify`` (``METADEF_VERIFY=1``) the verifier checks the
-    graph, types included, after every pass and names the pass that broke it."""
+    """Run passes in order, then make value-dependent sizes that folding has made known precise
+    (:func:`~metadef.passes.refine_types.refine_types`); with ``ctx.verify``
+    (``METADEF_VERIFY=1``) the verifier checks the graph, types included, after every pass
+    (refined first) and names the pass that broke it."""
     for p in passes:
         name = getattr(p, "__name__", repr(p))
         t0 = time.perf_counter()
@@ -54,7 +57,12 @@ def run_pipeline(graph: Graph, passes: Sequence[GraphPass], ctx: PassContext) ->
             raise type(e)(f"in pass {name}: {e}") from e
         ctx.timings[name] = ctx.timings.get(name, 0.0) + time.perf_counter() - t0
         if ctx.verify:
+            graph = refine_types(graph)
             verify(graph, types=True, stage=f"pass {name}")
+    if passes and not ctx.verify:
+        t0 = time.perf_counter()
+        graph = refine_types(graph)
+        ctx.timings["refine_types"] = time.perf_counter() - t0
     return graph
 
 
