@@ -171,6 +171,11 @@ class BoundProgram:
             if any(st is not None and st.dtype.hasobject for st in ins) or any(
                     t.dtype.numpy.hasobject for t in out_types):
                 lowering = None  # string tensors: never through native code, never in the arena
+            if lowering is ALIAS and ins[0] is not None and math.prod(ins[0].shape) != math.prod(out_types[0].shape):
+                # (a size inference could not prove, such as a Reshape to a size the export baked in)
+                raise InputError(f"{step.node.qualop} {step.node.name}: its input has {math.prod(ins[0].shape)} "
+                                 f"elements {list(ins[0].shape)}, but its output {list(out_types[0].shape)} needs "
+                                 f"{math.prod(out_types[0].shape)} at {_binding(self.symbols)}")
             if lowering is ALIAS and step.out_ids[0] not in outputs and ins[0] is not None:
                 view = ins[0]
                 storage[step.out_ids[0]] = _Storage(view.kind, view.index, tuple(out_types[0].shape), view.dtype)
@@ -355,12 +360,16 @@ class BoundProgram:
     def describe(self) -> str:
         """What the program holds: steps, native calls, segments, Python steps and views; then
         the arena's size next to the lifetime lower bound."""
-        binding = ", ".join(f"{k}={v}" for k, v in sorted(self.symbols.items())) or "static shapes"
+        binding = _binding(self.symbols)
         segments = sum(isinstance(s, _Segment) for s in self.segments)
         threads = f", {self.parallel_calls} split over {self.threads} threads" if self.parallel_calls else ""
         return (f"native program for {binding}: {len(self.exe.steps)} steps ({self.native_calls} native calls{threads} "
                 f"in {segments} segment{'s' if segments != 1 else ''}, {self.python_steps} from Python, "
                 f"{self.views} views);\n  arena {self.plan.peak} bytes (lower bound {self.plan.lower_bound})")
+
+
+def _binding(symbols: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(symbols.items())) or "static shapes"
 
 
 def _driver(program: Any, segment: _Segment) -> tuple[Any, tuple[int, ...]]:
