@@ -42,9 +42,10 @@ from metadef.codegen.errors import CodegenUnsupported
 from metadef.codegen.exprs import Reduce, walk
 from metadef.codegen.jit import compile_ir, load_object, object_code
 from metadef.codegen.lower import compose
+from metadef.codegen.sizes import abstract_sizes, plain_symbol
 from metadef.core.errors import BackendError
 from metadef.ir.graph import Graph, Node, Value
-from metadef.shape import Dim, TensorType, evaluate, free_symbols, substitute, sym
+from metadef.shape import Dim, evaluate, free_symbols, substitute, sym
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
 _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
@@ -193,8 +194,7 @@ class Kernel:
         for spec in [*self.inputs, *self.outputs]:
             plan = []
             for axis, dim in enumerate(spec.shape):
-                atom = None if isinstance(dim, int) else dim.as_atom()
-                name = atom.key[1] if atom is not None and atom.key[0] == "sym" else None
+                name = plain_symbol(dim)
                 plan.append((axis, dim, name))
                 if name is not None:
                     bound.add(name)
@@ -494,46 +494,8 @@ def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = 
                   code.nests)
 
 
-def _plain_symbol(d: Dim) -> str | None:
-    atom = None if isinstance(d, int) else d.as_atom()
-    return atom.key[1] if atom is not None and atom.key[0] == "sym" else None
-
-
-def _abstracted(body: Graph) -> Graph:
-    """``body``, or a copy of it in which every dim built from sizes that no input or output
-    shape gives is a fresh symbol (``_size0``, ...; one per distinct expression). A strided
-    conv's epilogue sees ``floor((h - 1)/2) + 1`` but no ``h``: the kernel cannot solve for
-    ``h``, yet all it needs is the value of that dim, which the shapes it is given carry.
-
-    Example:
-        >>> from metadef.ir import parse_graph
-        >>> g = parse_graph("graph g(%x: f32[n,floor((h - 1)/2) + 1]) -> (%y) { %y: f32[n,floor((h - 1)/2) + 1] "
-        ...                 "= Relu(%x) return %y }")
-        >>> str(_abstracted(g).inputs[0].type)
-        'f32[n,_size0]'
-    """
-    bound = {name for v in (*body.inputs, *body.outputs) if v.type is not None and v.type.shape is not None
-             for d in v.type.shape if (name := _plain_symbol(d)) is not None}
-    fresh: dict[str, Dim] = {}
-
-    def size(d: Dim) -> Dim:
-        if isinstance(d, int) or _plain_symbol(d) is not None or free_symbols(d) <= bound:
-            return d
-        return fresh.setdefault(str(d), sym(f"_size{len(fresh)}"))
-
-    shapes = [tuple(size(d) for d in v.type.shape) if v.type is not None and v.type.shape is not None else None
-              for v in body.values()]
-    if not fresh:
-        return body
-    copy = body.clone()
-    for v, shape in zip(copy.values(), shapes):
-        if shape is not None:
-            v.type = TensorType(v.type.dtype, shape)
-    return copy
-
-
 def _compile(body: Any, name: str) -> Kernel:
-    body = _abstracted(body)
+    body = abstract_sizes(body)
     replay = _REPLAY.get()
     if replay:
         code = replay.pop(0)
