@@ -173,14 +173,15 @@ class _Evaluator:
         names = e.var_names
         if e.op == "sum":
             factors = [self.eval(f) for f in e.factors()]
-            if _einsum_ready(factors):
-                return _einsum_sum(factors, names, self.ranges)
-            if _widenable(factors):  # float16/bfloat16 products: multiply and add in float32
+            wide_type = _accumulator(factors)
+            if wide_type is not None:  # multiply and add wider, round once
                 dtype = np.result_type(*(f.value for f in factors if not f.is_weak))
-                wide = [f if f.is_weak else Labelled(np.asarray(f.value, np.float32), f.labels)
+                wide = [f if f.is_weak else Labelled(np.asarray(f.value, wide_type), f.labels)
                         for f in factors]
                 result = _einsum_sum(wide, names, self.ranges)
                 return Labelled(np.asarray(result.value).astype(dtype), result.labels)
+            if _einsum_ready(factors):
+                return _einsum_sum(factors, names, self.ranges)
             body = factors[0]
             for f in factors[1:]:
                 body = apply(np.multiply, body, f)
@@ -212,13 +213,24 @@ def _einsum_ready(factors: list[Labelled]) -> bool:
         for a in arrays)
 
 
-def _widenable(factors: list[Labelled]) -> bool:
-    """A product of two or more float tensors, some of them float16/bfloat16/float8, none
-    wider than float32: it is multiplied and accumulated in float32 and rounded once, as
-    numpy's, ONNX Runtime's and the x86 backend's matmuls do (not rounded per product)."""
+def _accumulator(factors: list[Labelled]) -> type | None:
+    """The wider float type a contraction of these factors (two or more float tensors, none
+    wider than float32) is multiplied and summed in before one rounding, or None.
+
+    float16/bfloat16/float8 products go through float32, as numpy's, ONNX Runtime's and the
+    x86 backend's matmuls do (not rounded per product). float32 contractions go through
+    float64: the reference is the oracle the compiled targets are checked against, so its
+    sums should be as exact as is cheap, and their result must not depend on the order
+    BLAS takes them in. OpenBLAS's sgemm rounds a row differently depending on its place in
+    a micro-kernel tile (rows 6-11 of ``W @ X`` differ from rows 0-5 for identical
+    weights), so identical output channels would not come out identical; a float64 sum is
+    rounded to float32 the same way whatever its order, except within 2**-29 of a float32
+    rounding boundary.
+    """
     arrays = [np.asarray(f.value) for f in factors if not f.is_weak]
-    return len(arrays) >= 2 and any(a.dtype in _LOW_PRECISION for a in arrays) and all(
-        a.dtype in _LOW_PRECISION or a.dtype == np.float32 for a in arrays)
+    if len(arrays) < 2 or not all(a.dtype in _LOW_PRECISION or a.dtype == np.float32 for a in arrays):
+        return None
+    return np.float32 if any(a.dtype in _LOW_PRECISION for a in arrays) else np.float64
 
 
 def _einsum_sum(factors: list[Labelled], names: tuple[str, ...],

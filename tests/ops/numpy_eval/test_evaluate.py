@@ -235,6 +235,21 @@ def test_resnet_sized_conv_is_fast() -> None:
                                np.einsum("crs,kcrs->k", xp[0, :, 10:13, 20:23], w), rtol=1e-4, atol=1e-4)
 
 
+def test_float32_contractions_sum_in_float64_and_round_once() -> None:
+    # OpenBLAS's sgemm rounds a row by its place in a micro-kernel tile (for identical weight
+    # rows, rows 6-11 of W @ X differ from rows 0-5): the reference must not, or identical
+    # output channels come out different (the light SqueezeNet's expected output needs them equal)
+    rng = np.random.default_rng(0)
+    x = (rng.random((512, 169)) * 1e8).astype(np.float32)
+    w = np.full((1000, 512), 0.02, np.float32)
+    y = run("Y[m,n] = sum[k] W[m,k] * X[k,n]", W=w, X=x)
+    assert y.dtype == np.float32
+    assert (y == y[:1]).all()
+    np.testing.assert_array_equal(y, (w.astype(np.float64) @ x.astype(np.float64)).astype(np.float32))
+    conv = run("Y[k,p] = sum[c] W[k,c] * X[c,p]", W=w[:48, :512], X=x)
+    assert (conv == conv[:1]).all()
+
+
 # ------------------------------------------------------------------------------- pooling
 
 
