@@ -358,19 +358,37 @@ def view_node(node: Node) -> Choice | str:
     return Choice(run, "view", f"{node.op}: a view of its input (no copy)", native=ALIAS)
 
 
+_TRUE = np.ones(1, np.bool_)  # the fill value of an inference Dropout's mask
+
+
 def inference_dropout(node: Node) -> Choice | str:
-    """Dropout without its mask and not in training mode (``training_mode`` absent or a constant,
-    which inference checked: true only with ratio 0): its input, as a view."""
-    if len(node.outputs) > 1:
-        return "its mask output is asked for"
+    """Dropout not in training mode (``training_mode`` absent or a constant, which inference
+    checked: true only with ratio 0): its input, as a view; with its mask asked for, a copy
+    and a mask of all true (``md_copy_rows``, ``md_fill``)."""
     training = node.inputs[2] if len(node.inputs) > 2 else None
     if training is not None and training.const is None:
         return "its training_mode is computed at run time"
+    if len(node.outputs) == 1 or node.outputs[1] is None:
+        def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+            return [args[0]]
 
-    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
-        return [args[0]]
+        return Choice(run, "view", "Dropout at inference: its input (no copy)", native=ALIAS)
+    got = _prepare(node, axis=0)
+    if isinstance(got, str):
+        return got
+    itemsize = got[1]
 
-    return Choice(run, "view", "Dropout at inference: its input (no copy)", native=ALIAS)
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        size = math.prod(outputs[0])
+        copy = Call(native_function("md_copy_rows"), (Arg("in", 0), Arg("out", 0)),
+                    (1, size * itemsize, 0, 0), "dropout copy")
+        mask = Call(native_function("md_fill"), (Arg("addr", _TRUE.ctypes.data), Arg("out", 1)), (size, 1),
+                    "dropout mask")
+        return NativeStep((copy, mask) if size else ())
+
+    return _native(node, "Dropout at inference with its mask: a copy and a mask of all true", lower,
+                   "md_copy_rows", "md_fill")
 
 
 __all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "nearest_resize_node", "pad_node",

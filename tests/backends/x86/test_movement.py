@@ -246,6 +246,19 @@ def test_dropout_at_inference_is_a_view_of_its_input(training: bool | None) -> N
         sess.executable.programs.give_back(program)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_dropout_with_its_mask_copies_and_fills_true_natively(dtype: type) -> None:
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"]), helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", ONNX_TYPES[dtype], ["n", 5])],
+                              [helper.make_tensor_value_info("y", ONNX_TYPES[dtype], None),
+                               helper.make_tensor_value_info("mask", TensorProto.BOOL, None),
+                               helper.make_tensor_value_info("d", ONNX_TYPES[dtype], None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = _check(model, [{"x": _values((n, 5), dtype)} for n in (1, 3, 0)])
+    assert [p.kind for p in sess.executable.plan] == ["native", "generated"]
+    assert _native(sess, {"n": 2}, "dropout mask") == 1
+
+
 def _pad_model(shape: list, pads: list[int], axes: list[int] | None, value: float | None, dtype: type = np.float32
                ) -> onnx.ModelProto:
     t = ONNX_TYPES[dtype]
