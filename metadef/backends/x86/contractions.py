@@ -51,9 +51,13 @@ from metadef.core.errors import BackendError
 from metadef.ir import Node, Value
 from metadef.ops import REGISTRY, MetaOp, Role, Semantics, get_op
 from metadef.ops.defs.nn_pool import window
+from metadef.ops.numpy_eval.labelled import ML_FLOATS
 from metadef.shape import Dim, TensorType, sym
 
 ContractionFn = Callable[[Sequence[np.ndarray | None]], np.ndarray]
+
+LOW_FLOATS = ML_FLOATS | {np.dtype(np.float16)}
+"""Floats narrower than float32 (float16, bfloat16, the float8s): contracted in float32."""
 SoftmaxFn = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 """``softmax(scores + mask)`` over the last axis (the mask may be None)."""
 # compiles one node to a kernel ``kernel(inputs, outputs)``, or raises (codegen's compile_node)
@@ -141,6 +145,27 @@ def set_blas_threads(n: int) -> None:
     if n < 1:
         raise BackendError(f"threads={n}: give a positive number of threads")
     _openblas_call("set_num_threads")(ctypes.c_int(n))
+
+
+def widened(fn: ContractionFn) -> ContractionFn:
+    """``fn`` run on float32 copies of its float16 / bfloat16 arguments, its result rounded
+    back once: products and sums in float32, as the reference backend and ONNX Runtime take
+    them (numpy's own float16 matmul and a per-tap loop round along the way).
+
+    Example:
+        >>> a = np.full((1, 4096), 0.1, np.float16)
+        >>> float(widened(matmul_kernel({}))([a, np.ones((4096, 1), np.float16)])[0, 0])
+        409.5
+    """
+
+    def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
+        low = next((a.dtype for a in args if a is not None and a.dtype in LOW_FLOATS), None)
+        if low is None:
+            return fn(args)
+        wide = [a.astype(np.float32) if a is not None and a.dtype in LOW_FLOATS else a for a in args]
+        return fn(wide).astype(low)
+
+    return run
 
 
 # ------------------------------------------------------------------------- MatMul, Gemm
@@ -443,8 +468,8 @@ def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softma
     return run
 
 
-__all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
+__all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "LOW_FLOATS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
            "NodeCompiler", "SoftmaxFn", "attention_kernel", "blas_info", "blas_threads",
            "cblas_address", "conv_kernel",
            "conv_variant", "depthwise_node", "einsum_kernel", "gemm_kernel", "matmul_kernel",
-           "numpy_softmax", "set_blas_threads"]
+           "numpy_softmax", "set_blas_threads", "widened"]

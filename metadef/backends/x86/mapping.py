@@ -229,6 +229,7 @@ def library_contraction(node: Node) -> Choice | str:
     fn, how = build(attrs_of(node), node)
     if fn is None:
         return how
+    fn = blas.widened(fn)
 
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
         return [fn(args).astype(out_types[0].dtype.numpy, copy=False)]
@@ -252,6 +253,7 @@ def contraction_group(node: Node) -> Choice | str:
     fn, how = build(attrs_of(split.anchor), split.anchor)
     if fn is None:
         return how
+    fn = blas.widened(fn)
     consts = [const if pos is None else node.inputs[pos].const for pos, const in split.anchor_sources]
     if split.body is None:
         return Choice(_with_epilogue(fn, split, None), "blas", how, native=_group_lowering(split, None, consts, node))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -69,6 +70,25 @@ def test_conv_matches_reference(case: str, bias: bool) -> None:
         for name, w in ref.items():
             assert got[name].shape == w.shape and got[name].dtype == w.dtype
             np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["dw_1d", "grouped", "dw_s1_pad1", "pointwise_strided"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_low_precision_convs_sum_in_float32_and_round_once(case: str, dtype: str) -> None:
+    # numpy's float16 matmul and the per-tap depthwise loop round along the way; the reference,
+    # ORT and ONNX's expected outputs take float32 products and sums, rounded once
+    x_type, w_shape, attrs = CASES[case]
+    low = np.dtype(ml_dtypes.bfloat16) if dtype == "bf16" else np.dtype(np.float16)
+    b = GraphBuilder("conv")
+    x = b.input("x", parse_type(dtype + x_type[3:]))
+    y, = b.node("Conv", [x, b.const("w", (_rand(*w_shape) * 4).astype(low))], attrs, name="/conv")
+    b.output(y)
+    g = b.build()
+    feeds = {"x": (_feeds(x_type, 2)["x"] * 4).astype(low)}
+    (got,) = md.compile(g, target="x86").run(feeds).values()
+    (want,) = md.compile(g, target="reference").run(feeds).values()
+    assert got.dtype == low
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
 
 
 @pytest.mark.skipif(CODEGEN_MISSING is not None, reason="needs metadef.codegen (llvmlite)")
