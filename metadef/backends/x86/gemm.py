@@ -6,8 +6,8 @@ OpenBLAS on the binding's shapes: the weights packed once in 16-column panels, a
 epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's ``C`` or an
 ``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
 Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
-OpenBLAS's packing costs more than the product; it is tried up to :data:`MAX_ROWS` rows, as it
-keeps a packed copy of the weights.
+OpenBLAS's packing costs more than the product, and BERT's 128-row products (4-8 % faster); it
+is tried up to :data:`MAX_ROWS` rows.
 
 Example:
     >>> import numpy as np
@@ -60,10 +60,13 @@ PREFER: str | None = None
 MIN_WORK = 1 << 12
 """Products with fewer multiply-adds than this take OpenBLAS without measuring (nothing to win)."""
 
-MAX_ROWS = 32
-"""Products with more rows than this take OpenBLAS without measuring: there the two are level
-(128x768x768: 1.93 ms each), and ours would keep a second, packed copy of the weights (BERT-base:
-340 MB more). Below, OpenBLAS's packing costs more than the product (8 rows: ours ~1.7x faster)."""
+MAX_ROWS = 4096
+"""Products with more rows than this take OpenBLAS without measuring (the measuring arrays and
+the product grow with the rows). Up to here the two race on the binding's shapes. Ours keeps
+a second, packed copy of the weights (BERT-base: 340 MB more, packed on the first run of a
+binding) and skips OpenBLAS's packing of them on every call: ~1.7x OpenBLAS at 8 rows, and
+0.92-0.96x its time at BERT's 128 x 768 x {768, 3072} (2026-12-01; the two were level on the
+host of an earlier session, when this cap was 32 rows)."""
 
 
 def weights_of(node: Node, consts: Sequence[np.ndarray | None]) -> np.ndarray | None:
