@@ -493,7 +493,10 @@ def pack_gemm_weights(w: np.ndarray) -> np.ndarray:
     k, n = w.shape
     panels, full = -(-n // NR), n // NR
     out = np.empty((panels, k, NR), np.float32)
-    if full:
+    if full and w.dtype == np.float32 and w.strides[1] == 4:  # each 16-float piece as one item:
+        chunk = np.dtype((np.void, 4 * NR))  # a copy of 64-byte items, not 16-float loops
+        out[:full].view(chunk).reshape(full, k)[...] = w[:, :full * NR].view(chunk).T
+    elif full:
         out[:full] = w[:, :full * NR].reshape(k, full, NR).transpose(1, 0, 2)
     if full < panels:
         out[full] = 0

@@ -217,6 +217,21 @@ def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(768, 3072), (3, 20), (5, 37), (7, 16), (4, 9)])
+@pytest.mark.parametrize("layout", ["c", "fortran", "transposed view", "column slice"])
+def test_gemm_weights_pack_into_zero_padded_16_column_panels(shape: tuple[int, int], layout: str) -> None:
+    k, n = shape
+    base = RNG.standard_normal((k, n + 3), dtype=np.float32)
+    w = {"c": np.ascontiguousarray(base[:, :n]), "fortran": np.asfortranarray(base[:, :n]),
+         "transposed view": np.ascontiguousarray(base[:, :n].T).T, "column slice": base[:, :n]}[layout]
+    panels = -(-n // NR)
+    want = np.zeros((panels, k, NR), np.float32)
+    for q in range(panels):
+        block = w[:, q * NR:(q + 1) * NR]
+        want[q, :, :block.shape[1]] = block
+    np.testing.assert_array_equal(pack_gemm_weights(w), want)
+
+
 def _mlp() -> md.Graph:
     """Gemm (transB) + Relu; MatMul + Add(bias) + Clip; a plain Gemm with a [1, n] C."""
     g = GraphBuilder("mlp")
