@@ -199,14 +199,20 @@ EVENS = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 8, 10, 12, 14])
 
 
 def _deinterleave(b: ir.IRBuilder, line: ir.Value, src: ir.Value, width: ir.Value, pl: ir.Value,
-                  half: ir.Value) -> None:
+                  half: ir.Value, room: ir.Value, fill: ir.Value) -> None:
     """Input row ``src`` into padded ``line`` deinterleaved: padded column ``j = c + pl`` goes
-    to ``line[j // 2]`` when even, ``line[half + j // 2]`` when odd; 16 columns a step."""
+    to ``line[j // 2]`` when even, ``line[half + j // 2]`` when odd; 16 columns a step, the
+    last few in one more such step where ``room`` (16 floats from there are inside the
+    plane), its columns past the row replaced by ``fill`` (they land in the padding), else
+    one at a time."""
     odd = b.icmp_signed("!=", b.and_(pl, I64(1)), I64(0))
 
-    def sixteen(k: ir.Value) -> None:
+    def sixteen(k: ir.Value, rest: ir.Value | None = None) -> None:
         c0 = b.mul(k, I64(16))
         v = [b.load(_elem(b, src, b.add(c0, I64(i))), typ=V8, align=4) for i in (0, 8)]
+        if rest is not None:  # columns c0 + i for i >= rest are past the row
+            v = [b.select(b.icmp_signed("<", b.add(LANES, _splat(b, I64(i))), _splat(b, rest)), x, _splat(b, fill))
+                 for i, x in zip((0, 8), v)]
         q = b.ashr(b.add(c0, pl), I64(1))
         # an odd pl moves the even input columns to odd padded ones
         to_even = b.select(odd, b.add(q, half), q)
@@ -222,13 +228,21 @@ def _deinterleave(b: ir.IRBuilder, line: ir.Value, src: ir.Value, width: ir.Valu
         at = b.add(b.mul(b.and_(j, I64(1)), half), b.ashr(j, I64(1)))
         b.store(b.load(_elem(b, src, c), typ=F32), _elem(b, line, at))
 
-    _loop(b, b.mul(blocks, I64(16)), width, one)
+    rest = b.sub(width, b.mul(blocks, I64(16)))
+    with b.if_then(b.icmp_signed(">", rest, I64(0))), b.if_else(room) as (whole, singly):
+        with whole:
+            sixteen(blocks, rest)
+        with singly:
+            _loop(b, b.mul(blocks, I64(16)), width, one)
 
 
-def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value) -> None:
-    """``width`` floats from ``src`` to ``dst``, 8 a step, the last few through one masked
-    load and store: inline, since a call of memcpy per row costs more than the copy itself on
-    small planes (7 floats)."""
+def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value, room: ir.Value, fill: ir.Value) -> None:
+    """``width`` floats from ``src`` to ``dst``, 8 a step, inline (a call of memcpy per row
+    costs more than the copy itself on small planes: 7 floats). The last few: where ``room``
+    (the 8 floats from there are inside the plane), one whole load, its lanes past the row
+    replaced by ``fill`` (the padding's value), and one whole store (``dst``'s line has a
+    vector's reach of padding after the row); else a masked load and store, which AMD cores
+    run slowly (a 7x7 plane used to take 14 of them)."""
     blocks = b.sdiv(width, I64(8))
 
     def eight(k: ir.Value) -> None:
@@ -246,8 +260,13 @@ def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value) -> Non
         module, ir.FunctionType(ir.VoidType(), [V8, PTR, I32, mask]), "llvm.masked.store.v8f32.p0")
 
     def rest() -> None:
-        v = b.call(load, [_elem(b, src, at), I32(4), lanes, ir.Constant(V8, ir.Undefined)])
-        b.call(store, [v, _elem(b, dst, at), I32(4), lanes])
+        with b.if_else(room) as (whole, masked):
+            with whole:
+                v = b.load(_elem(b, src, at), typ=V8, align=4)
+                b.store(b.select(lanes, v, _splat(b, fill)), b.bitcast(_elem(b, dst, at), V8.as_pointer()), align=4)
+            with masked:
+                v = b.call(load, [_elem(b, src, at), I32(4), lanes, ir.Constant(V8, ir.Undefined)])
+                b.call(store, [v, _elem(b, dst, at), I32(4), lanes])
 
     _if(b, b.icmp_signed("<", at, width), rest)
 
@@ -285,10 +304,20 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
         yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
         wc = _elem(b, w, b.mul(channel, I64(9)))
         beta = F32(-math.inf) if pool else b.load(_elem(b, bias, channel), typ=F32)
+        plane_size = b.mul(height, width)
+
         def copy(r: ir.Value) -> None:
             line, src = _elem(b, padded, b.mul(b.add(r, pt), span)), _elem(b, xp, b.mul(r, width))
-            _if(b, b.icmp_signed("!=", sw, I64(2)), lambda: _copy(b, _elem(b, line, pl), src, width))
-            _if(b, b.icmp_signed("==", sw, I64(2)), lambda: _deinterleave(b, line, src, width, pl, half))
+            # a whole vector (16 floats when deinterleaving) from the row's last block start
+            # stays in the plane
+            tail_at = b.add(b.mul(r, width), b.mul(b.sdiv(width, I64(8)), I64(8)))
+            room = b.icmp_signed("<=", b.add(tail_at, I64(8)), plane_size)
+            tail16 = b.add(b.mul(r, width), b.mul(b.sdiv(width, I64(16)), I64(16)))
+            room16 = b.icmp_signed("<=", b.add(tail16, I64(16)), plane_size)
+            fill = F32(-math.inf) if pool else F32(0.0)
+            _if(b, b.icmp_signed("!=", sw, I64(2)), lambda: _copy(b, _elem(b, line, pl), src, width, room, fill))
+            _if(b, b.icmp_signed("==", sw, I64(2)),
+                lambda: _deinterleave(b, line, src, width, pl, half, room16, fill))
 
         _loop(b, I64(0), height, copy)
 

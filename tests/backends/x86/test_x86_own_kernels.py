@@ -130,6 +130,11 @@ def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], p
     (1, 4, 2, 2, [1, 1], [1, 1, 1, 1], (0.0, math.inf)),
     (1, 2, 5, 1, [2, 1], [1, 1, 1, 1], (-9.0, 9.0)),
     (1, 6, 40, 37, [2, 2], [0, 0, 1, 1], (0.0, 6.0)),
+    # MobileNetV2's small planes: rows end in one whole vector step (lanes past the row filled)
+    (2, 6, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 5, 14, 14, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 3, 28, 30, [2, 2], [0, 0, 1, 1], (-math.inf, math.inf)),
+    (1, 4, 14, 14, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
 ])
 def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: list[int], pads: list[int],
                                      bounds: tuple[float, float]) -> None:
