@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +41,15 @@ from metadef.codegen.emit import TASK, TASKS, emit_module, split_slot
 from metadef.codegen.errors import CodegenUnsupported
 from metadef.codegen.exprs import Reduce, walk
 from metadef.codegen.jit import compile_ir, load_object, object_code
+from metadef.codegen.kernel_store import (
+    CompiledElsewhere,
+    KernelCode,
+    KernelStore,
+    current_store,
+    kernel_store,
+    load_or_claim,
+    release,
+)
 from metadef.codegen.lower import compose
 from metadef.codegen.sizes import abstract_sizes, plain_symbol
 from metadef.core.errors import BackendError
@@ -53,85 +62,6 @@ _EMPTY_ADDRESS = _EMPTY.ctypes.data
 _CACHE: dict[str, tuple[Kernel, KernelCode]] = {}
 _PLANS: dict[tuple[Any, ...], tuple[list, list]] = {}
 _LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class KernelCode:
-    """A compiled kernel apart from its IR: object code and what :class:`Kernel` needs around
-    it, so that a compile cache can rebuild the kernel without running LLVM."""
-
-    symbol: str
-    object_code: bytes
-    outputs: tuple[tuple[np.dtype, tuple[Dim, ...]], ...]
-    constants: tuple[np.ndarray, ...]
-    slots: tuple[Dim, ...]
-    broadcasts: tuple[tuple[Dim, Dim, str], ...]
-    nests: tuple[tuple[Dim, ...], ...] = ()
-    """Each loop nest's extents, outermost first (see :data:`metadef.codegen.emit.TASK`)."""
-
-
-class KernelStore(Protocol):
-    """Where compiled kernels come from and go to, outside this process (the compile cache,
-    L7, implements it; codegen never imports it). ``structure`` is the kernel's structural key."""
-
-    def load(self, structure: str, name: str) -> KernelCode | None: ...
-
-    def save(self, structure: str, name: str, code: KernelCode) -> None: ...
-
-    def seen(self, structure: str, name: str, code: KernelCode) -> None:
-        """The kernel (``code``) was found in this process's own cache."""
-
-    # Optional, for processes sharing one compile (see load_or_claim): claim(structure, name)
-    # after a missed load, and release(structure) when the compile failed.
-
-
-class CompiledElsewhere(Exception):
-    """Raised by a kernel store's ``claim`` when another process compiles the kernel and this
-    one should go on with other work (a helper process of a parallel compile)."""
-
-
-def load_or_claim(store: KernelStore | None, structure: str, name: str, wait: bool = True) -> KernelCode | None:
-    """The stored code for ``structure``, else None with the kernel claimed for this process
-    (when the store coordinates several processes): the caller compiles it and calls
-    ``store.save``, or :func:`release` when the compile fails. ``wait=False``: raise
-    :class:`CompiledElsewhere` rather than wait for another process's compile.
-
-    Example:
-        >>> load_or_claim(None, "structure", "name") is None
-        True
-    """
-    code = None if store is None else store.load(structure, name)
-    claim = getattr(store, "claim", None)
-    return code if code is not None or claim is None else claim(structure, name, wait)
-
-
-def release(store: KernelStore | None, structure: str) -> None:
-    """Give back the claim :func:`load_or_claim` took, when no code was saved."""
-    if (give_back := getattr(store, "release", None)) is not None:
-        give_back(structure)
-
-
-_STORE: ContextVar[KernelStore | None] = ContextVar("metadef_kernel_store", default=None)
-
-
-@contextmanager
-def kernel_store(store: KernelStore | None) -> Iterator[None]:
-    """Consult ``store`` for every kernel compiled inside the ``with`` block.
-
-    Example:
-        >>> with kernel_store(None):
-        ...     pass
-    """
-    token = _STORE.set(store)
-    try:
-        yield
-    finally:
-        _STORE.reset(token)
-
-
-def current_store() -> KernelStore | None:
-    """The kernel store in effect here (None outside :func:`kernel_store`)."""
-    return _STORE.get()
 
 
 @dataclass(frozen=True)
@@ -481,13 +411,16 @@ def _link(code: KernelCode) -> int:
     return address
 
 
+def _fits(body: Any, code: KernelCode) -> bool:
+    """``code``'s outputs have the body's output dtypes and ranks."""
+    return len(code.outputs) == len(body.outputs) and all(
+        v.type is not None and v.type.dtype.numpy == dtype and len(v.type.shape or ()) == len(shape)
+        for v, (dtype, shape) in zip(body.outputs, code.outputs))
+
+
 def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = False) -> Kernel:
-    if check and (len(code.outputs) != len(body.outputs) or any(
-            v.type is None or v.type.dtype.numpy != dtype or len(v.type.shape or ()) != len(shape)
-            for v, (dtype, shape) in zip(body.outputs, code.outputs))):
+    if check and not _fits(body, code):
         raise BackendError(f"kernel {name}: the code {code.symbol} does not fit the body's outputs")
-    if check and code.symbol in _REPLAYED:  # made for another node of a replayed plan: its
-        return _REPLAYED[code.symbol]  # names are the code's, as with a compile's cache hit
     specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
     outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
     return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol,
@@ -495,12 +428,15 @@ def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = 
 
 
 def _compile(body: Any, name: str) -> Kernel:
-    body = abstract_sizes(body)
     replay = _REPLAY.get()
     if replay:
         code = replay.pop(0)
+        done = _REPLAYED.get(code.symbol)  # made for another node of the plan (BERT's layers): its
+        if done is not None and _fits(body, code):  # names are the code's, as with a cache hit
+            return done
         with _LOCK:
-            return _REPLAYED.setdefault(code.symbol, _kernel(body, name, code, _link(code), check=True))
+            return _REPLAYED.setdefault(code.symbol, _kernel(abstract_sizes(body), name, code, _link(code), True))
+    body = abstract_sizes(body)
     key = _structure_key(body)
     kernel = _compile_keyed(body, name, key)
     record = _RECORD.get()
@@ -510,7 +446,7 @@ def _compile(body: Any, name: str) -> Kernel:
 
 
 def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
-    store = _STORE.get()
+    store = current_store()
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
