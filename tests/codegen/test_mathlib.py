@@ -3,9 +3,10 @@ dense ranges (the Erf kernel is ``md_erff``: two fitted polynomials, no division
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from scipy.special import erf
 
 from metadef.codegen.kernel import compile_node
 from tests.codegen.support import one_node
@@ -22,7 +23,7 @@ def test_erf_is_within_1_4e_7_absolute_and_2e_7_relative_near_zero() -> None:
     x = np.linspace(-6.0, 6.0, 1_200_001, dtype=np.float32)
     x = np.concatenate([x, np.geomspace(1e-30, 1e-3, 2_000, dtype=np.float32), np.float32([0.921875, 4.0, 3.99])])
     got = _run("Erf", x).astype(np.float64)
-    want = erf(x.astype(np.float64))
+    want = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
     assert np.abs(got - want).max() < 1.4e-7
     tiny = (np.abs(x) < 0.1) & (x != 0)
     assert (np.abs(got - want)[tiny] / np.abs(want[tiny])).max() < 2e-7
