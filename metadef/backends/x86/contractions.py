@@ -51,13 +51,10 @@ from metadef.core.errors import BackendError
 from metadef.ir import Node, Value
 from metadef.ops import REGISTRY, MetaOp, Role, Semantics, get_op
 from metadef.ops.defs.nn_pool import window
-from metadef.ops.numpy_eval.labelled import ML_FLOATS
+from metadef.ops.numpy_eval.labelled import LOW_FLOATS
 from metadef.shape import Dim, TensorType, sym
 
 ContractionFn = Callable[[Sequence[np.ndarray | None]], np.ndarray]
-
-LOW_FLOATS = ML_FLOATS | {np.dtype(np.float16)}
-"""Floats narrower than float32 (float16, bfloat16, the float8s): contracted in float32."""
 SoftmaxFn = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
 """``softmax(scores + mask)`` over the last axis (the mask may be None)."""
 # compiles one node to a kernel ``kernel(inputs, outputs)``, or raises (codegen's compile_node)
@@ -468,7 +465,7 @@ def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softma
     return run
 
 
-__all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "LOW_FLOATS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
+__all__ = ["DEPTHWISE_CONV", "DEPTHWISE_LOOP_PIXELS", "X86_DOMAIN", "BlasInfo", "ContractionFn",
            "NodeCompiler", "SoftmaxFn", "attention_kernel", "blas_info", "blas_threads",
            "cblas_address", "conv_kernel",
            "conv_variant", "depthwise_node", "einsum_kernel", "gemm_kernel", "matmul_kernel",

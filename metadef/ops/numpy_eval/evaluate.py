@@ -34,7 +34,7 @@ from metadef.ops.numpy_eval.functions import (
     unary_operators,
 )
 from metadef.ops.numpy_eval.labelled import (
-    ML_FLOATS,
+    LOW_FLOATS,
     Labelled,
     Params,
     apply,
@@ -63,7 +63,6 @@ from metadef.ops.semantics import (
 )
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_LOW_PRECISION = ML_FLOATS | {np.dtype(np.float16)}
 
 
 def evaluate(program: Program | str, tensors: Mapping[str, np.ndarray],
@@ -228,9 +227,9 @@ def _accumulator(factors: list[Labelled]) -> type | None:
     rounding boundary.
     """
     arrays = [np.asarray(f.value) for f in factors if not f.is_weak]
-    if len(arrays) < 2 or not all(a.dtype in _LOW_PRECISION or a.dtype == np.float32 for a in arrays):
+    if len(arrays) < 2 or not all(a.dtype in LOW_FLOATS or a.dtype == np.float32 for a in arrays):
         return None
-    return np.float32 if any(a.dtype in _LOW_PRECISION for a in arrays) else np.float64
+    return np.float32 if any(a.dtype in LOW_FLOATS for a in arrays) else np.float64
 
 
 def _einsum_sum(factors: list[Labelled], names: tuple[str, ...],
@@ -282,7 +281,7 @@ def _reduce_scalar(op: str, value: Any, count: int, names: tuple[str, ...], wher
 def _accumulating(numpy_reduce: Callable[..., Any]) -> Callable[[np.ndarray, tuple[int, ...]], Any]:
     """A sum/prod/mean that accumulates low-precision floats in float32 and keeps int dtypes."""
     def reduce(array: np.ndarray, axes: tuple[int, ...]) -> Any:
-        if array.dtype in _LOW_PRECISION:
+        if array.dtype in LOW_FLOATS:
             return numpy_reduce(array, axis=axes, dtype=np.float32).astype(array.dtype)
         if array.dtype.kind in "iu" and numpy_reduce is not np.mean:
             return numpy_reduce(array, axis=axes, dtype=array.dtype)

@@ -32,6 +32,9 @@ Scalar = int | float | bool | complex
 ML_FLOATS = frozenset(np.dtype(getattr(ml_dtypes, name)) for name in dir(ml_dtypes)
                       if name == "bfloat16" or name.startswith("float8_"))
 """The float dtypes ml_dtypes adds to numpy (bfloat16, the float8 variants)."""
+LOW_FLOATS = ML_FLOATS | {np.dtype(np.float16)}
+"""Floats narrower than float32 (float16, bfloat16, the float8s): their products are taken and
+summed in float32, rounded once."""
 Params = Mapping[str, Any]
 
 
