@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from metadef.backends.x86.native import (
     Lowering,
     NativeStep,
     Shape,
+    known_choice,
     measured_choice,
     needing,
     needs,
@@ -128,12 +130,15 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         m = math.prod(sx[:-1])
         if PREFER is None and (m > MAX_ROWS or m * n * k < MIN_WORK):
             return otherwise(inputs, outputs, symbols)
+        choice = PREFER or known_choice(_choice_key(m, n, k, bounds), (OWN, BLAS))
+        if choice == BLAS:  # decided before (here, or stored in the cache): nothing to pack
+            return otherwise(inputs, outputs, symbols)
         if not packed:
             packed.append(pack_gemm_weights(weight))
             padded = np.zeros(packed[0].shape[0] * NR, np.float32)
             padded[:n] = bias
             packed.append(padded)
-        if _measured(m, n, k, bounds, weight, packed) != OWN:
+        if (choice or _measured(m, n, k, bounds, weight, packed)) != OWN:
             return otherwise(inputs, outputs, symbols)
         panels = -(-n // NR)
 
@@ -151,13 +156,15 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
     return needing(lower, *needs(otherwise), "md_gemm", "md_sgemm", "md_copy")
 
 
+def _choice_key(m: int, n: int, k: int, bounds: tuple[float, float]) -> tuple[Any, ...]:
+    return ("gemm", m, n, k, *bounds)
+
+
 def _measured(m: int, n: int, k: int, bounds: tuple[float, float], weight: np.ndarray,
               packed: list[np.ndarray]) -> str:
     """Ours (epilogue included) or OpenBLAS (the bias written first, sgemm, and for an
     activation one more pass over the output, timed as a copy), measured once per shape."""
-    if PREFER is not None:
-        return PREFER
-    key = ("gemm", m, n, k, *bounds)
+    key = _choice_key(m, n, k, bounds)
     x = np.zeros((m, k), np.float32)
     y = np.empty((m, n), np.float32)
     z = np.empty((m, n), np.float32)

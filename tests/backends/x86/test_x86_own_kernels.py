@@ -271,6 +271,32 @@ def test_products_run_our_gemm(prefer: str, monkeypatch: pytest.MonkeyPatch) -> 
         assert not any("own kernel" in k for k in kinds), kinds
 
 
+def test_a_product_that_sgemm_won_before_packs_no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision already made (in this process, or stored in the compile cache) is taken
+    before the weights are packed: where sgemm won, no packed copy is made."""
+    from metadef.backends.x86 import gemm, native
+    packs: list[tuple[int, ...]] = []
+    monkeypatch.setattr(gemm, "pack_gemm_weights", lambda w: packs.append(w.shape) or pack_gemm_weights(w))
+    monkeypatch.setattr(native, "_CONV_CHOICES", {})
+    for rows, winner in ((4, gemm.BLAS), (8, gemm.OWN)):
+        native._CONV_CHOICES[gemm._choice_key(rows, 96, 64, (-math.inf, math.inf))] = (winner, "set by the test")
+    g = GraphBuilder("product")
+    y, = g.node("MatMul", [g.input("x", parse_type("f32[n,64]")),
+                           g.const("w", RNG.standard_normal((64, 96), dtype=np.float32))])
+    y, = g.node("Add", [y, g.const("b", RNG.standard_normal(96, dtype=np.float32))])
+    g.output(y)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    for rows, packed in ((4, []), (8, [(64, 96)])):
+        feeds = {"x": RNG.standard_normal((rows, 64), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+        assert packs == packed, (rows, packs)
+        kinds = exe.executable.programs.bound({"n": rows}).call_kinds
+        assert ("gemm own kernel + epilogue" in kinds) == (rows == 8), kinds
+
+
 def _guarded(shape: tuple[int, ...], at_end: bool) -> tuple[np.ndarray, Any]:
     """A float32 array whose first (or last) byte touches an inaccessible page: a kernel that
     reads one float before (after) it crashes the test instead of passing by luck."""
