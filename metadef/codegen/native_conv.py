@@ -9,6 +9,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from llvmlite import ir
 
 from metadef.codegen.native_ir import (
@@ -248,41 +250,98 @@ def _pad_plane(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Value,
     _zero(b, module, dst, b.mul(b.add(pt, h), wp), b.mul(hp, wp))
 
 
+WINOGRAD_BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
+"""``Bᵀ`` of Winograd F(2x2, 3x3): the input transform ``V = Bᵀ d B`` of a 4x4 tile ``d``."""
+
+WINOGRAD_AT = ((1, 1, 1, 0), (0, 1, -1, -1))
+"""``Aᵀ``: the output transform ``Aᵀ M A`` of a product tile into 2x2 outputs."""
+
+WINOGRAD_M = 2
+"""The output tile's size (``m`` of F(m x m, 3x3)); input tiles are ``m + 2`` wide. F(4x4, 3x3)
+(4x fewer multiplications, against 2.25x) measured no faster on ResNet-50's shapes here: its
+6x6 transforms, which LLVM vectorizes poorly over a plane's few tiles per row, ate the saving."""
+
+
+WINOGRAD_SKEW = 16
+"""Floats between one transformed element's plane and the next, past their ``C x tiles`` (or
+``K x tiles``) values: the ``a²`` planes a tile's values go to (and its products come from)
+would otherwise lie a multiple of 4 KiB apart for many shapes (ResNet's 56x56 with 64
+channels: 196 KiB), all in one set of the L1 cache."""
+
+
+class WinogradPlan(NamedTuple):
+    """The workspace of one image's Winograd conv, in floats: V (``a²`` planes of
+    ``[C, tiles]``, ``v_stride`` apart; later the whole output tiles) from 0, then M (``a²``
+    planes of ``[K, tiles]``, ``m_stride`` apart; first the padded image) from ``m_offset``."""
+
+    tiles: int
+    v_stride: int
+    m_stride: int
+    m_offset: int
+    floats: int
+
+
+def winograd_plan(c: int, k: int, oh: int, ow: int) -> WinogradPlan:
+    """The workspace layout the Winograd routines use (see :class:`WinogradPlan`).
+
+    Example:
+        >>> winograd_plan(64, 64, 56, 56)[:3]  # tiles, then 64 * 784 + 16 floats per plane
+        (784, 50192, 50192)
+    """
+    m = WINOGRAD_M
+    a, th, tw = m + 2, -(-oh // m), -(-ow // m)
+    tiles = th * tw
+    v_stride, m_stride = c * tiles + WINOGRAD_SKEW, k * tiles + WINOGRAD_SKEW
+    m_offset = max(a * a * v_stride, m * m * k * tiles)
+    return WinogradPlan(tiles, v_stride, m_stride, m_offset,
+                        m_offset + max(a * a * m_stride, c * (m * th + 2) * (m * tw + 2)))
+
+
 def winograd_workspace(c: int, k: int, oh: int, ow: int) -> int:
-    """The floats of a Winograd conv's workspace (one image): two regions, the first for V (then the
-    whole output tiles, once V is read), the second for the padded image (then M, once the
-    image is transformed).
+    """The floats of a Winograd conv's workspace (one image): two regions, the
+    first for V (then the whole output tiles, once V is read), the second for the padded image
+    (then M, once the image is transformed).
 
     Example:
         >>> winograd_workspace(1, 1, 2, 2)
-        32
+        544
     """
-    th, tw = (oh + 1) // 2, (ow + 1) // 2
-    tiles = th * tw
-    return max(16 * c, 4 * k) * tiles + max(16 * k * tiles, c * (2 * th + 2) * (2 * tw + 2))
+    return winograd_plan(c, k, oh, ow).floats
+
+
+def _combine(b: ir.IRBuilder, coefficients: tuple[int, ...], values: list[ir.Value]) -> ir.Value:
+    """``sum_i coefficients[i] * values[i]``: zero terms skipped, ±1 as adds and subtractions."""
+    total: ir.Value | None = None
+    for coefficient, value in zip(coefficients, values):
+        if coefficient == 0:
+            continue
+        term = value if abs(coefficient) == 1 else b.fmul(value, F32(float(abs(coefficient))))
+        if total is None:
+            total = term if coefficient > 0 else b.fneg(term)
+        else:
+            total = b.fadd(total, term) if coefficient > 0 else b.fsub(total, term)
+    assert total is not None
+    return total
 
 
 def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
-    """One row of tiles each way: ``in(p, v, tw, wp, v_stride)`` transforms the 4 padded image
-    rows at ``p`` into ``v[e * v_stride + tx]``; ``out(m, o, tw, o_row, m_stride, bias)`` turns
-    ``m[e * m_stride + tx]`` into 2 output rows at ``o``. Separate functions with ``noalias``
-    pointers, so the tile loops vectorize."""
+    """One row of tiles each way: ``in(p, v, tw, wp, v_stride)`` transforms the ``m + 2`` padded
+    image rows at ``p`` into ``v[e * v_stride + tx]``; ``out(m, o, tw, o_row, m_stride, bias)``
+    turns ``m[e * m_stride + tx]`` into ``m`` output rows at ``o``. Separate functions with
+    ``noalias`` pointers, so the tile loops vectorize."""
+    bt, at, m = WINOGRAD_BT, WINOGRAD_AT, WINOGRAD_M
+    a = m + 2
     row_in, b = _internal(module, "md_winograd_in_row", [PTR, PTR, I64, I64, I64], (0, 1))
     p, v, tw, wp, v_stride = row_in.args
 
     def tile_in(tx: ir.Value) -> None:
-        left = _elem(b, p, b.mul(tx, I64(2)))
-        rows = [[b.load(_elem(b, left, b.add(b.mul(I64(i), wp), I64(j))), typ=F32) for j in range(4)]
-                for i in range(4)]
-        t = [[b.fsub(rows[0][j], rows[2][j]) for j in range(4)],
-             [b.fadd(rows[1][j], rows[2][j]) for j in range(4)],
-             [b.fsub(rows[2][j], rows[1][j]) for j in range(4)],
-             [b.fsub(rows[1][j], rows[3][j]) for j in range(4)]]
-        for r in range(4):
-            values = [b.fsub(t[r][0], t[r][2]), b.fadd(t[r][1], t[r][2]),
-                      b.fsub(t[r][2], t[r][1]), b.fsub(t[r][1], t[r][3])]
-            for col in range(4):
-                b.store(values[col], _elem(b, v, b.add(b.mul(I64(r * 4 + col), v_stride), tx)))
+        left = _elem(b, p, b.mul(tx, I64(m)))
+        rows = [[b.load(_elem(b, left, b.add(b.mul(I64(i), wp), I64(j))), typ=F32) for j in range(a)]
+                for i in range(a)]
+        t = [[_combine(b, bt[r], [rows[i][j] for i in range(a)]) for j in range(a)] for r in range(a)]
+        for r in range(a):
+            for col in range(a):
+                b.store(_combine(b, bt[col], t[r]), _elem(b, v, b.add(b.mul(I64(r * a + col), v_stride), tx)))
     _loop(b, I64(0), tw, tile_in)
     b.ret_void()
 
@@ -290,15 +349,13 @@ def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
     m_row, o, tw, o_row, m_stride, beta, lo, hi = row_out.args
 
     def tile_out(tx: ir.Value) -> None:
-        m = [[b.load(_elem(b, m_row, b.add(b.mul(I64(r * 4 + col), m_stride), tx)), typ=F32)
-              for col in range(4)] for r in range(4)]
-        s0 = [b.fadd(b.fadd(m[0][j], m[1][j]), m[2][j]) for j in range(4)]
-        s1 = [b.fsub(b.fsub(m[1][j], m[2][j]), m[3][j]) for j in range(4)]
-        corner = _elem(b, o, b.mul(tx, I64(2)))
-        for i, srow in enumerate((s0, s1)):
-            outs = [b.fadd(b.fadd(b.fadd(srow[0], srow[1]), srow[2]), beta),
-                    b.fadd(b.fsub(b.fsub(srow[1], srow[2]), srow[3]), beta)]
-            for j, value in enumerate(outs):
+        tile = [[b.load(_elem(b, m_row, b.add(b.mul(I64(r * a + col), m_stride), tx)), typ=F32)
+                 for col in range(a)] for r in range(a)]
+        s = [[_combine(b, at[i], [tile[r][j] for r in range(a)]) for j in range(a)] for i in range(m)]
+        corner = _elem(b, o, b.mul(tx, I64(m)))
+        for i in range(m):
+            for j in range(m):
+                value = b.fadd(_combine(b, at[j], s[i]), beta)
                 b.store(_bounded(b, value, lo, hi), _elem(b, corner, b.add(b.mul(I64(i), o_row), I64(j))))
     _loop(b, I64(0), tw, tile_out)
     b.ret_void()
@@ -310,19 +367,22 @@ class _WinogradLayout:
     V (then the whole output tiles), and the padded image (then M)."""
 
     def __init__(self, b: ir.IRBuilder, d: dict[str, ir.Value], work: ir.Value) -> None:
-        self.th = b.sdiv(b.add(d["oh"], I64(1)), I64(2))
-        self.tw = b.sdiv(b.add(d["ow"], I64(1)), I64(2))
+        m = self.m = WINOGRAD_M
+        a = m + 2
+        self.th = b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m))
+        self.tw = b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))
         self.tiles = b.mul(self.th, self.tw)
-        self.hp, self.wp = b.add(b.mul(self.th, I64(2)), I64(2)), b.add(b.mul(self.tw, I64(2)), I64(2))
+        self.hp, self.wp = b.add(b.mul(self.th, I64(m)), I64(2)), b.add(b.mul(self.tw, I64(m)), I64(2))
         self.plane, self.out_plane = b.mul(d["h"], d["w"]), b.mul(d["oh"], d["ow"])
         self.padded_plane = b.mul(self.hp, self.wp)
-        self.v_stride, self.m_stride = b.mul(d["c"], self.tiles), b.mul(d["k"], self.tiles)
+        skew = I64(WINOGRAD_SKEW)  # (the layout of winograd_plan)
+        self.v_stride, self.m_stride = b.add(b.mul(d["c"], self.tiles), skew), b.add(b.mul(d["k"], self.tiles), skew)
         self.v_base = self.o_base = work  # the output tiles once V is read
-        self.m_base = self.p_base = _elem(b, work, b.mul(_smax(b, b.mul(I64(16), d["c"]), b.mul(I64(4), d["k"])),
-                                                         self.tiles))
-        self.direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(2)), I64(0)),
-                             b.icmp_signed("==", b.srem(d["ow"], I64(2)), I64(0)))
-        self.o_row = b.select(self.direct, d["ow"], b.mul(self.tw, I64(2)))
+        self.m_base = self.p_base = _elem(b, work, _smax(b, b.mul(I64(a * a), self.v_stride),
+                                                         b.mul(I64(m * m), b.mul(d["k"], self.tiles))))
+        self.direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(m)), I64(0)),
+                             b.icmp_signed("==", b.srem(d["ow"], I64(m)), I64(0)))
+        self.o_row = b.select(self.direct, d["ow"], b.mul(self.tw, I64(m)))
 
 
 def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dict[str, ir.Value],
@@ -334,7 +394,7 @@ def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dic
                    lay.hp, lay.wp)
 
         def tile_row(ty: ir.Value) -> None:
-            top = _elem(b, pc, b.mul(b.mul(ty, I64(2)), lay.wp))
+            top = _elem(b, pc, b.mul(b.mul(ty, I64(lay.m)), lay.wp))
             b.call(row_in, [top, _elem(b, lay.v_base, b.add(b.mul(c, lay.tiles), b.mul(ty, lay.tw))), lay.tw,
                             lay.wp, lay.v_stride])
         _loop(b, I64(0), lay.th, tile_row)
@@ -350,11 +410,11 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
     def out_channel(k: ir.Value) -> None:
         beta = b.select(has_bias, b.load(_elem(b, bias, b.select(has_bias, k, I64(0))), typ=F32), F32(0.0))
         yk = _elem(b, yn, b.mul(k, lay.out_plane))
-        dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(4)))))
+        dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(lay.m * lay.m)))))
 
         def tile_row(ty: ir.Value) -> None:
             first_tile = _elem(b, lay.m_base, b.add(b.mul(k, lay.tiles), b.mul(ty, lay.tw)))
-            b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(2)), lay.o_row)), lay.tw, lay.o_row,
+            b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(lay.m)), lay.o_row)), lay.tw, lay.o_row,
                              lay.m_stride, beta, lo, hi])
         _loop(b, I64(0), lay.th, tile_row)
 
@@ -371,11 +431,11 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
 def _winograd_phases(module: ir.Module, phases: tuple[str, ...] = ("in", "out")) -> None:
     """A 3x3 stride-1 conv as Winograd F(2x2, 3x3), in the phases a program runs per image:
     the input is zero-padded to whole tiles and each 4x4 tile becomes ``V = Bᵀ d B`` (16 values,
-    laid out ``[16, C, tiles]``); 16 products ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``, a
-    batched sgemm between the phases); each ``M`` tile becomes the 2x2 output ``Aᵀ m A`` (+ bias),
-    written in place or, for odd output sizes, into whole tiles and cropped. The tile loops
-    have no conditions, so LLVM vectorizes them. 2.25x fewer multiplications than the direct
-    conv.
+    laid out ``[16, C, tiles]``, the planes :data:`WINOGRAD_SKEW` floats apart); 16 products
+    ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``, between the phases); each ``M`` tile becomes
+    the 2x2 output ``Aᵀ m A`` (+ bias), written in place or, for odd output sizes, into whole
+    tiles and cropped. The tile loops have no conditions, so LLVM vectorizes them. 2.25x fewer
+    multiplications than the direct conv; the layout is :func:`winograd_plan`'s.
 
     ``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
     share of one image's channels into V) and ``md_winograd_out`` (args ``[work, y, bias]``: its

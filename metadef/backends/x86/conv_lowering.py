@@ -38,7 +38,8 @@ from metadef.backends.x86.native import (
     sgemm_dims,
     timed_call,
 )
-from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function, winograd_workspace
+from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
+from metadef.codegen.native_conv import winograd_plan
 from metadef.ops.defs.nn_pool import window
 
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
@@ -173,15 +174,14 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     _, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
-    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
     one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits((-math.inf, math.inf)))
     known = known_choice(("conv2d 3x3 per image", *one[1:10]), ("winograd", "im2col"))
     if known is not None:
         return known == "winograd", "stored"
-    wino_work = 4 * winograd_workspace(c, k, oh, ow)
-    m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
+    plan = winograd_plan(c, k, oh, ow)
+    tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
     gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
-    products = {"strides": (k * c, c * tiles, k * tiles)}
+    products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
     x = np.ones((1, *sx[1:]), np.float32)
     y = np.empty((1, k, oh, ow), np.float32)
     wt = np.ones(sw, np.float32)
@@ -309,11 +309,10 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
-    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
     one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits(bounds))
-    wino_work = 4 * winograd_workspace(c, k, oh, ow)
-    m_offset = 4 * max(16 * c, 4 * k) * tiles  # M: after V's region (see winograd_workspace)
-    products = {"strides": (k * c, c * tiles, k * tiles)}
+    plan = winograd_plan(c, k, oh, ow)
+    tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
+    products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
 
     def split(extent: int) -> Callable[[int], list[tuple[int, ...]] | None]:
         def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -336,8 +335,8 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
             calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
                                      *_blas("sgemv")), 16, k, tiles, c, what + " products", **products))
         for t in range(16 if kind != BLAS else 0):
-            more, work = per_product[t].calls(kind, 1, tiles, scratch.at(4 * t * c * tiles), None,
-                                              scratch.at(m_offset + 4 * t * k * tiles), Arg("scratch", 1),
+            more, work = per_product[t].calls(kind, 1, tiles, scratch.at(4 * t * plan.v_stride), None,
+                                              scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1),
                                               "conv2d winograd product")
             calls += more
         calls.append(Call(native_function("md_winograd_out"), (scratch, out.at(4 * i * k * oh * ow), bias),
