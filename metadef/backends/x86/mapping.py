@@ -22,8 +22,9 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86 import conv1x1, conv_transpose, gemm, movement, native
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
+from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -67,87 +69,6 @@ def _compiled(compile_fn: Callable[[], Any]) -> Any:
         return compile_fn()
     except CodegenUnsupported as e:
         return f"codegen: {e}"
-
-
-# ------------------------------------------------------------------- contraction epilogues
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """A contraction-anchored group split in two: the anchor (run through BLAS) and the rest
-    of the body as its own graph, whose first input is the anchor's output.
-
-    Positions refer to the Fused node's inputs and outputs: the anchor reads
-    ``anchor_sources`` (an input position, or a constant kept in the body), the epilogue
-    reads ``input_positions`` after the anchor's output and makes the outputs at
-    ``epilogue_positions``; the outputs at ``anchor_positions`` are the anchor's own.
-    """
-
-    anchor: Node
-    anchor_sources: tuple[tuple[int | None, np.ndarray | None], ...]
-    body: Graph | None
-    input_positions: tuple[int, ...]
-    epilogue_positions: tuple[int, ...]
-    anchor_positions: tuple[int, ...]
-
-    def anchor_args(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
-        return [const if i is None else args[i] for i, const in self.anchor_sources]
-
-    def epilogue_args(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
-        return [args[i] for i in self.input_positions]
-
-    def assemble(self, y: np.ndarray, outs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        result: list[Any] = [None] * (len(self.anchor_positions) + len(self.epilogue_positions))
-        for p in self.anchor_positions:
-            result[p] = y
-        for p, o in zip(self.epilogue_positions, outs):
-            result[p] = o
-        return result
-
-
-def _anchor_of(node: Node) -> Node | str:
-    body = node.attrs["body"]
-    named = [n for n in body.nodes if n.name == node.meta.get("anchor")]
-    anchors = named or [n for n in body.nodes if n.metaop.role is Role.CONTRACTION]
-    if not anchors:
-        return "no contraction anchor in the group's body"
-    if anchors[0] is not body.nodes[0]:
-        return f"the group has nodes before its anchor {anchors[0].name} (a prologue)"
-    if len(anchors[0].outputs) != 1:
-        return f"the anchor {anchors[0].name} has {len(anchors[0].outputs)} outputs, not one"
-    return anchors[0]
-
-
-def split_epilogue(node: Node) -> Epilogue | str:
-    """Split a contraction-anchored ``Fused`` node (or say why it cannot be split).
-
-    The original body is not touched: the epilogue graph is built from a clone.
-    """
-    found = _anchor_of(node)
-    if isinstance(found, str):
-        return found
-    body: Graph = node.attrs["body"]
-    position = {id(v): i for i, v in enumerate(body.inputs)}
-    sources: list[tuple[int | None, np.ndarray | None]] = []
-    for v in found.inputs:
-        if v is not None and id(v) not in position and v.const is None:
-            return f"the anchor reads %{v.name}, neither an input nor a constant of the body"
-        sources.append((None if v is None else position.get(id(v)), None if v is None else v.const))
-    work = body.clone()
-    head, rest = work.nodes[0], work.nodes[1:]
-    y = head.outputs[0]
-    anchor_positions = tuple(i for i, o in enumerate(work.outputs) if o is y)
-    epilogue_positions = tuple(i for i, o in enumerate(work.outputs) if o is not y)
-    if not rest:
-        return Epilogue(found, tuple(sources), None, (), epilogue_positions, anchor_positions)
-    y.producer = None
-    used = {id(v) for n in rest for v in n.inputs if v is not None}
-    inputs = [(i, v) for i, v in enumerate(work.inputs) if id(v) in used]
-    epilogue = Graph(f"{body.name}/epilogue", [y, *(v for _, v in inputs)],
-                     [work.outputs[i] for i in epilogue_positions], rest,
-                     [c for c in work.constants if id(c) in used], dict(work.opset), work.env)
-    return Epilogue(found, tuple(sources), epilogue, tuple(i for i, _ in inputs),
-                    epilogue_positions, anchor_positions)
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -289,9 +210,34 @@ def _dtype_of(node: Node) -> np.dtype:
     return t.dtype.numpy if t is not None else np.dtype(np.float32)
 
 
+_MADE: ContextVar[dict[tuple[str, int], Any] | None] = ContextVar("metadef_x86_made", default=None)
+
+
+@contextmanager
+def _one_choice() -> Iterator[None]:
+    """While one strategy runs for a node: what its parts build twice (the attention softmax
+    kernel, for the Python kernel and the native lowering) is built once, so that the node
+    compiles (and a stored plan records) each kernel once."""
+    token = _MADE.set({})
+    try:
+        yield
+    finally:
+        _MADE.reset(token)
+
+
 def _attention_softmax(node: Node) -> Any:
     """A generated ``softmax(S + mask)`` over the last axis for an Attention node's scores
     ``S`` (symbolic shape ``[*B, M, N]``), or None when it cannot be had."""
+    made = _MADE.get()
+    if made is None:
+        return _softmax_kernel(node)
+    key = ("attention softmax", id(node))
+    if key not in made:
+        made[key] = _softmax_kernel(node)
+    return made[key]
+
+
+def _softmax_kernel(node: Node) -> Any:
     q, k = node.inputs[0].type, node.inputs[1].type
     mask = node.inputs[3] if len(node.inputs) > 3 else None
     if q is None or k is None or q.shape is None or k.shape is None or CODEGEN_MISSING is not None:
@@ -541,7 +487,8 @@ def choose(node: Node) -> Choice:
         strategies = role_strategies.get(node.metaop.role, ())
     reasons: list[str] = []
     for strategy in strategies:
-        got = strategy(node)
+        with _one_choice():
+            got = strategy(node)
         if isinstance(got, Choice):
             reason = "; ".join([*reasons, got.reason]) if got.fallback and reasons else got.reason
             return Choice(got.kernel, got.kind, reason, got.fallback, strategy.__name__, got.native)
@@ -565,7 +512,8 @@ def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | s
     run = strategy_named(strategy)
     if run is None:
         return f"no strategy named {strategy!r} in the x86 tables"
-    got = run(node)
+    with _one_choice():
+        got = run(node)
     if isinstance(got, str):
         return f"{strategy} refused {node.name}: {got}"
     return Choice(got.kernel, got.kind, reason, fallback, strategy, got.native)

@@ -143,6 +143,8 @@ def test_einsum_and_attention_match_reference() -> None:
     sess = _check_vs_reference(g, feeds)
     kinds = {p.node: p.kind for p in sess.executable.plan}
     assert kinds == {"/attn": "blas", "/ein": "blas"}
+    # the Python kernel and the native lowering share one softmax kernel: the plan records it once
+    assert len({p.node: p.kernels for p in sess.executable.plan}["/attn"]) == 1
 
 
 def test_fallbacks_are_listed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
