@@ -45,6 +45,7 @@ from metadef.backends.x86.native import (
     measured_choice,
     needing,
     needs,
+    sgemm_call,
     sgemm_dims,
     timed_call,
     transposed_once,
@@ -132,14 +133,14 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
             return otherwise(inputs, outputs, symbols)
         choice = PREFER or known_choice(_choice_key(m, n, k, bounds), (OWN, BLAS))
         if choice == BLAS:  # decided before (here, or stored in the cache): nothing to pack
-            return otherwise(inputs, outputs, symbols)
+            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
         if not packed:
             packed.append(pack_gemm_weights(weight))
             padded = np.zeros(packed[0].shape[0] * NR, np.float32)
             padded[:n] = bias
             packed.append(padded)
         if (choice or _measured(m, n, k, bounds, weight, packed)) != OWN:
-            return otherwise(inputs, outputs, symbols)
+            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
         panels = -(-n // NR)
 
         def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -154,6 +155,25 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         return NativeStep((call,), (), tuple(packed))
 
     return needing(lower, *needs(otherwise), "md_gemm", "md_sgemm", "md_copy")
+
+
+def _sgemm_with_bias(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, m: int,
+                     bounds: tuple[float, float]) -> NativeStep | None:
+    """``x @ weight + bias`` as one sgemm writing ``out``, the bias broadcast into it first (as
+    :func:`_measured` timed OpenBLAS), where no bounds follow; None where they do (the group's
+    own lowering applies bias and bounds in one pass after the sgemm)."""
+    if bounds != (-math.inf, math.inf):
+        return None
+    k, n = weight.shape
+    trans_b = not weight.flags.c_contiguous and weight.T.flags.c_contiguous  # Gemm's transB: [n, k] as stored
+    w = weight.T if trans_b else np.ascontiguousarray(weight)
+    b = np.ascontiguousarray(bias, np.float32)
+    zero = not b.any()
+    args = (x, Arg("addr", w.ctypes.data), out, Arg("addr", blas.cblas_address("sgemm")),
+            NULL if zero else Arg("addr", b.ctypes.data), Arg("addr", blas.cblas_address("sgemv")))
+    call = sgemm_call(args, 1, m, n, k, "sgemm" if zero else "sgemm + bias", trans_b=trans_b,
+                      bias=None if zero else (0, 1))
+    return NativeStep((call,), (), (w, b))
 
 
 def _choice_key(m: int, n: int, k: int, bounds: tuple[float, float]) -> tuple[Any, ...]:
