@@ -25,11 +25,12 @@ from metadef.format.errors import (
 from metadef.format.layout import FORMAT_VERSION
 from metadef.format.loader import DynamicLoader, need_order
 from metadef.format.reader import MdefFile, TensorInfo, VerifyReport, open_mdef
+from metadef.format.storage import release_mapped
 from metadef.format.writer import save_graph, write_compat
 
 __all__ = [
     "FEATURES", "FORMAT_VERSION", "BadMagicError", "ChecksumError", "ClosedFileError", "CompatError",
     "CorruptFileError", "DynamicLoader", "Feature", "LoaderError", "MdefFile", "NotAnMdefFileError", "TensorInfo",
     "TruncatedFileError", "UnknownSectionError", "VerifyReport", "VersionError", "extra_feature", "features_used",
-    "need_order", "open_mdef", "save_graph", "write_compat",
+    "need_order", "open_mdef", "release_mapped", "save_graph", "write_compat",
 ]

@@ -81,6 +81,13 @@ def _what_it_looks_like(head: bytes) -> str:
     return ""
 
 
+FORGET_AFTER_CHECK = 1 << 20
+"""A mapped tensor of at least this many bytes is unmapped from the process once its checksum
+has been read (:meth:`~metadef.format.storage.FileBytes.forget`): checking every weight no
+longer keeps the whole file in the RSS; its first use maps its pages again from the page
+cache."""
+
+
 class MdefFile:
     """An open .mdef file: metadata layers, the graph and lazily mapped tensors (see ``open_mdef``)."""
 
@@ -359,6 +366,8 @@ class MdefFile:
             ok = layout.checksum(self._mv[info.offset:info.offset + info.nbytes]) == info.checksum
         if ok:
             self._verified.add(i)
+            if info.nbytes >= FORGET_AFTER_CHECK:  # mapped: its pages leave the RSS until it is used
+                self._data.forget(info.offset, info.nbytes)
             return None
         return f"tensor {info.name!r} at offset {info.offset}, {info.nbytes} bytes: checksum mismatch"
 

@@ -35,6 +35,7 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,6 +48,7 @@ log = logging.getLogger("metadef.format")
 PAGE = mmap.PAGESIZE
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
 MADV_POPULATE_READ = 22  # Linux 5.14+; older kernels answer EINVAL and we touch pages instead
+MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
 
 def _libc(name: str, *argtypes: Any) -> Any:
@@ -119,7 +121,9 @@ class FileBytes:
             os.close(fd)
             raise
         os.close(fd)
-        return cls(path, mapped, size, None)
+        data = cls(path, mapped, size, None)
+        _register(data)
+        return data
 
     def acquire(self, what: str | Callable[[], str] = "bytes") -> None:
         """Hold the file open until :meth:`release` (``close`` waits); ClosedFileError naming
@@ -185,6 +189,27 @@ class FileBytes:
                                          "became shorter after it was opened (was it rewritten?); open it again")
             at += done
 
+    def forget(self, offset: int, length: int) -> int:
+        """Unmap the whole pages of a mapped range from this process (``MADV_DONTNEED``): they
+        stop counting in its RSS, and the next read maps them again from the page cache (or
+        the file), unchanged: the mapping is read-only. Returns the bytes let go (0: not
+        mapped, nothing whole inside, or madvise refused)."""
+        if not self.mmapped or _MADVISE is None:
+            return 0
+        start = -(-offset // PAGE) * PAGE
+        end = (offset + length) // PAGE * PAGE
+        if end <= start:
+            return 0
+        with self.using(f"bytes {offset}..{offset + length}"):
+            return end - start if _MADVISE(self._address + start, end - start, MADV_DONTNEED) == 0 else 0
+
+    def holds(self, address: int, nbytes: int) -> int | None:
+        """The offset of memory ``address .. address + nbytes`` in this mapping, or None."""
+        if not self.mmapped or self.closed or not self._address:
+            return None
+        offset = address - self._address
+        return offset if offset >= 0 and offset + nbytes <= self.size else None
+
     def resident(self, offset: int, length: int) -> bool | None:
         """Whether every page of a mapped range is in memory (``mincore``); None when unknown.
 
@@ -247,4 +272,37 @@ class FileBytes:
             log.debug("%s stays mapped while views of it are alive", self.path)
 
 
-__all__ = ["MADV_POPULATE_READ", "PAGE", "FileBytes"]
+_MAPPED: weakref.WeakSet[FileBytes] = weakref.WeakSet()
+_MAPPED_LOCK = threading.Lock()
+
+
+def _register(data: FileBytes) -> None:
+    if data.mmapped:
+        with _MAPPED_LOCK:
+            _MAPPED.add(data)
+
+
+def release_mapped(array: np.ndarray) -> int:
+    """Let go of the pages of ``array`` in this process's RSS when it is a view of an open
+    .mdef file's read-only mapping (a weight that a backend has copied into a layout of its
+    own, and reads no more): the whole pages inside it are unmapped, and a later read maps
+    them again, unchanged. Returns the bytes let go (0 for any other array).
+
+    Example:
+        >>> release_mapped(np.zeros(1 << 20, np.float32))
+        0
+    """
+    address, nbytes = array.__array_interface__["data"][0], array.nbytes
+    with _MAPPED_LOCK:
+        files = list(_MAPPED)
+    for data in files:
+        offset = data.holds(address, nbytes)
+        if offset is not None:
+            try:
+                return data.forget(offset, nbytes)
+            except ClosedFileError:
+                return 0
+    return 0
+
+
+__all__ = ["MADV_DONTNEED", "MADV_POPULATE_READ", "PAGE", "FileBytes", "release_mapped"]

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from metadef.format import release_mapped
 from metadef.ir import Graph, Node, Value
 from metadef.passes.base import PassContext
 from metadef.rewrite import GraphEditor, Match, Refusal, Rule, op, rewrite, var
@@ -97,7 +98,9 @@ def _scaled(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
     """``weight * s`` along ``axis`` in float64, cast back to the weight's dtype."""
     shape = [1] * weight.ndim
     shape[axis] = s.size
-    return (np.asarray(weight, np.float64) * s.reshape(shape)).astype(weight.dtype)
+    scaled = (np.asarray(weight, np.float64) * s.reshape(shape)).astype(weight.dtype)
+    release_mapped(weight)  # mapped from a .mdef file: the folded copy replaces it, its pages leave the RSS
+    return scaled
 
 
 # --------------------------------------------------------------------------------- rules

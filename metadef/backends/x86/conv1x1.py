@@ -56,6 +56,7 @@ from metadef.codegen.native_gemm import (
     pack_rows,
     transpose_dims,
 )
+from metadef.format import release_mapped
 from metadef.ir import Node, Value
 from metadef.ops.defs.nn_pool import window
 
@@ -168,6 +169,7 @@ class WeightProduct:
                 if self.bias is not None and self.bias_arg is not NULL:
                     b[:self.cout] = np.asarray(self.bias, np.float32).reshape(-1)
                 self._packed[kind] = (w, b)
+            release_mapped(self.weight)  # a weight mapped from a .mdef file: its pages leave the RSS
         return self._packed[kind]
 
     def choice(self, p: int) -> str:

@@ -40,6 +40,7 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
 from metadef.codegen.native_conv import winograd_plan
+from metadef.format import release_mapped
 from metadef.ops.defs.nn_pool import window
 
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
@@ -57,7 +58,9 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
     # straight in its final layout (no transposed copies of the weights)
     both = np.kron(WINOGRAD_G, WINOGRAD_G).astype(np.float32)  # [16, 9]
     filters = np.ascontiguousarray(w, np.float32).reshape(k * c, 9)
-    return np.matmul(both, filters.T).reshape(16, k, c)
+    u = np.matmul(both, filters.T).reshape(16, k, c)
+    release_mapped(w)  # a weight mapped from a .mdef file: its pages leave the RSS
+    return u
 
 
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,

@@ -48,10 +48,10 @@ from metadef.backends.x86.native import (
     sgemm_call,
     sgemm_dims,
     timed_call,
-    transposed_once,
 )
 from metadef.codegen.native import native_function
 from metadef.codegen.native_gemm import NR, gemm_dims, pack_gemm_weights
+from metadef.format import release_mapped
 from metadef.ir import Node, Value
 
 OWN = "own micro-kernel, epilogue fused"
@@ -134,13 +134,14 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         choice = PREFER or known_choice(_choice_key(m, n, k, bounds), (OWN, BLAS))
         if choice == BLAS:  # decided before (here, or stored in the cache): nothing to pack
             return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
-        if not packed:
+        if (choice or _measured(m, n, k, bounds)) != OWN:
+            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
+        if not packed:  # packed for our kernel only once it has won
             packed.append(pack_gemm_weights(weight))
             padded = np.zeros(packed[0].shape[0] * NR, np.float32)
             padded[:n] = bias
             packed.append(padded)
-        if (choice or _measured(m, n, k, bounds, weight, packed)) != OWN:
-            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
+            release_mapped(weight)  # a weight mapped from a .mdef file: its pages leave the RSS
         panels = -(-n // NR)
 
         def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -180,19 +181,21 @@ def _choice_key(m: int, n: int, k: int, bounds: tuple[float, float]) -> tuple[An
     return ("gemm", m, n, k, *bounds)
 
 
-def _measured(m: int, n: int, k: int, bounds: tuple[float, float], weight: np.ndarray,
-              packed: list[np.ndarray]) -> str:
+def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
     """Ours (epilogue included) or OpenBLAS (the bias written first, sgemm, and for an
-    activation one more pass over the output, timed as a copy), measured once per shape."""
+    activation one more pass over the output, timed as a copy), measured once per shape, on
+    weights of ones in either layout (so the loser's weights are never packed)."""
     key = _choice_key(m, n, k, bounds)
+    panels = -(-n // NR)
     x = np.zeros((m, k), np.float32)
     y = np.empty((m, n), np.float32)
     z = np.empty((m, n), np.float32)
-    w = transposed_once(weight.T) if not weight.flags.c_contiguous else weight  # Gemm transB: the sgemm path's copy
-    own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed[0].ctypes.data, packed[1].ctypes.data,
+    w, packed = np.ones((k, n), np.float32), np.ones((panels, k, NR), np.float32)
+    bias = np.ones(panels * NR, np.float32)
+    own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
                                                   y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]))
     sgemm = timed_call(native_function("md_sgemm"), [x.ctypes.data, w.ctypes.data, y.ctypes.data,
-                                                     blas.cblas_address("sgemm"), packed[1].ctypes.data,
+                                                     blas.cblas_address("sgemm"), bias.ctypes.data,
                                                      blas.cblas_address("sgemv")],
                        sgemm_dims(1, m, n, k, bias=(0, 1)))
     epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, z.ctypes.data], (y.nbytes,))
