@@ -74,6 +74,7 @@ class Session:
         self.target = target
         self.inputs: list[IOSpec] = [_spec(v) for v in graph.inputs]
         self.outputs: list[IOSpec] = [_spec(v) for v in graph.outputs]
+        self._output_names = [spec.name for spec in self.outputs]
         self.env: ShapeEnv = graph.env
         self.structure: IOStructure | None = IOStructure.of(graph)
         """Which inputs and outputs are sequences or optionals (None: tensors only)."""
@@ -167,7 +168,9 @@ class Session:
         if self.structure is not None:  # lists and None -> the flat tensors
             feeds = self.structure.flatten_feeds(feeds, [spec.name for spec in self.inputs])
         arrays, symbols = self._check(feeds)
-        names = [spec.name for spec in self.outputs]
+        names = self._output_names
+        if outputs is None:  # (the common case first: a run's dispatch is part of its latency)
+            return self._named(names, self.executable.run(arrays, symbols))
         if isinstance(outputs, Mapping):
             unknown = [o for o in outputs if o not in names]
             if unknown:
@@ -180,8 +183,6 @@ class Session:
                            zip(buffers, self.executable.run(arrays, symbols), names)]
             return self._named(names, results)
         named = self._named(names, self.executable.run(arrays, symbols))
-        if outputs is None:
-            return named
         missing = [o for o in outputs if o not in named]
         if missing:
             raise InputError(f"unknown output name(s) {missing}; outputs are " + ", ".join(named))

@@ -65,6 +65,31 @@ log = logging.getLogger("metadef.backends.x86")
 
 _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
 _EMPTY_ADDRESS = _EMPTY.ctypes.data
+_BYTE = ctypes.c_char
+
+
+def address(array: np.ndarray) -> int:
+    """The address of a contiguous array's first byte (a valid one for an empty array).
+
+    ``array.ctypes.data`` builds a helper object per call (~2.5 us here, twice the MLP's
+    whole dispatch); a ctypes view of the array's buffer gives the same address in ~0.4 us.
+    Buffers numpy will not export writeable (read-only arrays, ml_dtypes' bfloat16 and
+    float8) take the slow way.
+
+    Example:
+        >>> x = np.arange(4, dtype=np.float32)
+        >>> address(x) == x.ctypes.data, address(x[:0]) == _EMPTY_ADDRESS
+        (True, True)
+        >>> x.flags.writeable = False
+        >>> address(x[1:]) == x.ctypes.data + 4
+        True
+    """
+    if not array.size:
+        return _EMPTY_ADDRESS
+    try:
+        return ctypes.addressof(_BYTE.from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return array.ctypes.data
 
 BINDINGS_KEPT = 8
 """How many bindings of the symbols keep their prepared programs (least recently used go)."""
@@ -308,7 +333,7 @@ class BoundProgram:
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Run on contiguous ``inputs`` (graph order) into contiguous ``outputs``."""
         if self.patches:
-            addresses = [a.ctypes.data if a.size else _EMPTY_ADDRESS for a in (*inputs, *outputs)]  # (the fastest way)
+            addresses = [address(a) for a in (*inputs, *outputs)]
             for array, slot, position, offset in self.patches:
                 array[slot] = addresses[position] + offset
         for native, work in self._work:

@@ -10,6 +10,7 @@ import re
 import threading
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -122,6 +123,21 @@ def test_outputs_go_into_caller_buffers(cnn: tuple[md.Graph, Session]) -> None:
     x = RNG.standard_normal((2, 4), dtype=np.float32)
     with pytest.raises(InputError, match="shares memory with input 0"):  # in place: not allowed
         md.compile(g2, target="x86").run({"x": x}, outputs={"y": x})
+
+
+def test_read_only_and_bfloat16_inputs_are_read_in_place(cnn: tuple[md.Graph, Session]) -> None:
+    # a run takes its inputs' addresses through a ctypes view of their buffers, which numpy
+    # refuses for read-only arrays and ml_dtypes' bfloat16: those take the slow way, same answer
+    _, sess = cnn
+    x = RNG.standard_normal((2, 3, 10, 10), dtype=np.float32)
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(sess.run({"x": frozen})["p"], sess.run({"x": x})["p"])
+    g16 = parse_graph("graph g(%x: bf16[n,2,2]) -> (%y) { %y: bf16[n,4] = Flatten(%x) @flat return %y }")
+    sess16 = md.compile(g16, target="x86")
+    assert sess16.executable.programs.bound({"n": 2}).call_steps == [("flat", "copy")]
+    x16 = np.array([[[1, -2], [3.5, 0]]] * 2, dtype=ml_dtypes.bfloat16)
+    assert sess16.run({"x": x16})["y"].astype(np.float32).tolist() == [[1, -2, 3.5, 0]] * 2
 
 
 def test_runs_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) -> None:
