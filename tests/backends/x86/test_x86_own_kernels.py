@@ -135,6 +135,11 @@ def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], p
     (1, 5, 14, 14, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
     (1, 3, 28, 30, [2, 2], [0, 0, 1, 1], (-math.inf, math.inf)),
     (1, 4, 14, 14, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
+    # small planes alternate between two padded copies (an odd count per task too); a large
+    # plane (over DOUBLE_FLOATS padded) has one
+    (3, 7, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 3, 100, 90, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
+    (1, 3, 100, 90, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
 ])
 def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: list[int], pads: list[int],
                                      bounds: tuple[float, float]) -> None:
