@@ -49,12 +49,14 @@ from typing import Any
 
 import numpy as np
 
+from metadef.analysis.samples import separable_symbol
 from metadef.backends.base import plan_frees
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.parallel import helpers
+from metadef.backends.x86.pieces import choose_pieces, output_specs, run_pieces
 from metadef.backends.x86.program import ProgramPool, Unplannable
-from metadef.backends.x86.threads import set_threads
+from metadef.backends.x86.threads import current_threads, set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
 from metadef.codegen.jit import source_digest
 from metadef.codegen.kernel import CompiledElsewhere, KernelCode, KernelStore, record_kernels, replay_kernels
@@ -187,6 +189,7 @@ class X86Executable:
         self.kernel_store: Callable[[], KernelStore | None] = lambda: None
         """Where kernels compiled when a binding is prepared come from (the compile cache's)."""
         self.programs = ProgramPool(self)
+        self._pieces: dict[tuple[tuple[tuple[str, int], ...], int], int | None] = {}
         if CODEGEN_READY:  # now, inside the compile cache's store: a run compiles nothing
             routines = {"md_run_program", "md_run_tasks", "md_copy", *(r for s in self.steps for r in needs(s.native))}
             for routine in sorted(routines):
@@ -260,9 +263,45 @@ class X86Executable:
         :mod:`metadef.backends.x86.program`); when its shapes depend on values it runs step by
         step from Python instead."""
         inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
+        if self.samples is not None and symbols.get(self.samples, 0) >= 2:  # a batch: maybe in pieces
+            size = self._piece_size(inputs, symbols, outputs)
+            if size is not None:
+                outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else None
+                return run_pieces(self, inputs, symbols, size, outs)
+        return self.run_whole(inputs, symbols, outputs)
+
+    @functools.cached_property
+    def samples(self) -> str | None:
+        """The symbol along which the graph computes each sample on its own, so that a batch
+        may run in pieces (:mod:`.pieces`), or None."""
+        return separable_symbol(self.graph)
+
+    def _piece_size(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
+                    outputs: Sequence[np.ndarray | None] | None) -> int | None:
+        """The piece size this binding runs in (None: whole), chosen on its first run."""
+        threads = current_threads() if self.threads is None else self.threads
+        key = (tuple(sorted(symbols.items())), threads)
+        if key in self._pieces:
+            return self._pieces[key]
+        outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else \
+            [np.empty(shape, dtype) for shape, dtype in output_specs(self, symbols)]
+        try:
+            size = choose_pieces(self, inputs, symbols, threads, outs)
+        except Unplannable:
+            size = None
+        with self._lock:
+            if len(self._pieces) >= SHAPE_CACHE_SIZE:
+                self._pieces.clear()
+            self._pieces[key] = size
+        return size
+
+    def run_whole(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
+                  outputs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        """``run`` on the whole batch at once: one prepared program (or step by step)."""
         try:
             program = self.programs.bound(symbols)
         except Unplannable:
+            feeds = {v.name: a for v, a in zip(self.graph.inputs, inputs)}
             results = self.run_steps(feeds, symbols)
             if outputs is None:
                 return _owned(results, [*feeds.values(), *(data for _, data in self.consts)])

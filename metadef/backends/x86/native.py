@@ -328,11 +328,13 @@ _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
 
 
-def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
+def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]], *,
+                    rounds: int = MEASURED_ROUNDS, warm_up: bool = True) -> tuple[str, str]:
     """The fastest of ``candidates`` (name -> one run on the shapes ``key`` names), timed once
-    (best of :data:`MEASURED_ROUNDS`, interleaved, after a warm-up) and remembered in this
-    process and in the compile cache's shape level, so a new process on this machine does not
-    time it again: ``(name, the timings as text)``. The decision is logged under ``METADEF_DEBUG=1``."""
+    (best of ``rounds``, interleaved, after a warm-up unless the caller ran each already) and
+    remembered in this process and in the compile cache's shape level, so a new process on
+    this machine does not time it again: ``(name, the timings as text)``. The decision is
+    logged under ``METADEF_DEBUG=1``."""
     with _CHOICE_LOCK:
         found = _known_choice(key, candidates)
         if found is not None:
@@ -340,10 +342,10 @@ def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], 
         cache_key = _choice_key(key, candidates)
         if found is None:
             times = dict.fromkeys(candidates, math.inf)
-            for run in candidates.values():
+            for run in candidates.values() if warm_up else ():
                 run()
             racing = dict(candidates)
-            for _ in range(MEASURED_ROUNDS):  # interleaved: a burst of foreign load hits all alike
+            for _ in range(rounds):  # interleaved: a burst of foreign load hits all alike
                 for name, run in racing.items():
                     t0 = time.perf_counter()
                     run()

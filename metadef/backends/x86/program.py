@@ -453,6 +453,14 @@ class ProgramPool:
             log.debug("x86: %s", program.describe())
         return program
 
+    def forget(self, symbols: Mapping[str, int]) -> None:
+        """Let the prepared programs of this binding (at every thread count) go, their arenas
+        with them (a binding that runs in pieces from now on)."""
+        binding = tuple(sorted(symbols.items()))
+        with self._lock:
+            for key in [k for k in self._free if k[0] == binding]:
+                del self._free[key]
+
     def give_back(self, program: BoundProgram) -> None:
         """Return a program taken with :meth:`bound` (kept for the next run of its binding)."""
         free = self._free.get(program.key)
