@@ -54,7 +54,7 @@ from metadef.backends.base import plan_frees
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.parallel import helpers
-from metadef.backends.x86.pieces import choose_pieces, output_specs, run_pieces
+from metadef.backends.x86.pieces import Pieces, choose_pieces, output_specs, run_pieces
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import current_threads, set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
@@ -189,7 +189,7 @@ class X86Executable:
         self.kernel_store: Callable[[], KernelStore | None] = lambda: None
         """Where kernels compiled when a binding is prepared come from (the compile cache's)."""
         self.programs = ProgramPool(self)
-        self._pieces: dict[tuple[tuple[tuple[str, int], ...], int], int | None] = {}
+        self._pieces: dict[tuple[tuple[tuple[str, int], ...], int], Pieces | None] = {}
         if CODEGEN_READY:  # now, inside the compile cache's store: a run compiles nothing
             routines = {"md_run_program", "md_run_tasks", "md_copy", *(r for s in self.steps for r in needs(s.native))}
             for routine in sorted(routines):
@@ -264,10 +264,10 @@ class X86Executable:
         step from Python instead."""
         inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
         if self.samples is not None and symbols.get(self.samples, 0) >= 2:  # a batch: maybe in pieces
-            size = self._piece_size(inputs, symbols, outputs)
-            if size is not None:
+            way = self._pieces_of(inputs, symbols, outputs)
+            if way is not None:
                 outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else None
-                return run_pieces(self, inputs, symbols, size, outs)
+                return run_pieces(self, inputs, symbols, way, outs)
         return self.run_whole(inputs, symbols, outputs)
 
     @functools.cached_property
@@ -276,9 +276,9 @@ class X86Executable:
         may run in pieces (:mod:`.pieces`), or None."""
         return separable_symbol(self.graph)
 
-    def _piece_size(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
-                    outputs: Sequence[np.ndarray | None] | None) -> int | None:
-        """The piece size this binding runs in (None: whole), chosen on its first run."""
+    def _pieces_of(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
+                   outputs: Sequence[np.ndarray | None] | None) -> Pieces | None:
+        """The pieces this binding runs in (None: whole), chosen on its first run."""
         threads = current_threads() if self.threads is None else self.threads
         key = (tuple(sorted(symbols.items())), threads)
         if key in self._pieces:
@@ -286,14 +286,14 @@ class X86Executable:
         outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else \
             [np.empty(shape, dtype) for shape, dtype in output_specs(self, symbols)]
         try:
-            size = choose_pieces(self, inputs, symbols, threads, outs)
+            way = choose_pieces(self, inputs, symbols, threads, outs)
         except Unplannable:
-            size = None
+            way = None
         with self._lock:
             if len(self._pieces) >= SHAPE_CACHE_SIZE:
                 self._pieces.clear()
-            self._pieces[key] = size
-        return size
+            self._pieces[key] = way
+        return way
 
     def run_whole(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
                   outputs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:

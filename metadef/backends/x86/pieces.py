@@ -1,22 +1,31 @@
-"""A batch run in pieces: micro-batches whose activations stay in cache.
+"""A batch run in pieces: micro-batches whose activations stay in cache, on one thread or several.
 
 A graph that computes each sample on its own (:func:`metadef.analysis.samples.separable_symbol`)
-gives the same outputs for a batch of 8 as for 8 batches of one stacked. When a batch's
-intermediates far outweigh the weights, the pieces win: MobileNetV2's batch of 8 moves 46 MB
-of activations through memory between layers, a piece of one or two keeps them in the L2 and
-L3 caches and re-reads only its 14 MB of weights (measured here: 1.19-1.27 -> 1.03-1.06 of
-ONNX Runtime's time). ResNet-50's weights (100 MB) outweigh its activations, so it runs
-whole; BERT folds the batch into its products' rows (``[batch*seq, 768]``), so it is not
-separable and runs whole too.
+gives the same outputs for a batch of 8 as for 8 batches of one stacked. Two ways of using
+that can beat running the batch whole:
 
-The rule: a binding is split only where the graph is separable along a symbol whose value is
-2 or more, and the live-memory lower bound of the whole batch exceeds both
-:data:`CACHE_BYTES` and :data:`WEIGHTS_FACTOR` times the weights' bytes. Then the whole batch
-and pieces of each size in :data:`PIECES` (smaller than the batch) are timed on the call's
-own inputs, once per binding and thread count (remembered in this process and in the
-compile cache's shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision
-and, where the rule declines, why. A piece is a prepared program of its own binding
-(``{"batch": 2}``) run on views of the inputs and outputs: nothing is copied.
+- *micro-batches*: when a batch's intermediates far outweigh the weights, pieces of one or
+  two samples keep them in the L2 and L3 caches and re-read only the weights: MobileNetV2's
+  batch of 8 moves 46 MB of activations through memory between layers, against 14 MB of
+  weights (1.19-1.27 -> 0.99-1.04 of ONNX Runtime's time here);
+- *pieces on the threads at once*: with several threads, each piece runs on one thread, the
+  kernels not split at all (MobileNetV2 at batch 8 on 2 threads: pieces of one, two at a
+  time, 76 ms against 109 for one after another and 119 whole, in one measurement).
+
+ResNet-50's weights (100 MB) outweigh its activations: it runs whole (one share per thread
+measured 619-729 ms against 669-720 whole at batch 8 on 2 threads, noise as large as the gain,
+for 2-3 s of measuring on the first run). BERT folds the batch into its products' rows
+(``[batch*seq, 768]``): not separable, whole.
+
+The rule (:func:`split_rule`): only where the graph is separable along a symbol whose value is
+2 or more and the live-memory lower bound of the whole batch exceeds both :data:`CACHE_BYTES`
+(half this machine's L3) and :data:`WEIGHTS_FACTOR` times the weights' bytes. Then pieces of
+each size in :data:`PIECES` are candidates, one after another and (with several threads) on
+the threads at once. The candidates and the whole batch are timed on the call's own inputs,
+once per binding and thread count (remembered in this process and in the compile cache's
+shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the rule declines, why. A
+piece is a prepared program of its own binding (``{"batch": 2}``) run on views of the inputs
+and outputs: nothing is copied.
 
 Example:
     >>> import numpy as np, metadef as md
@@ -25,8 +34,8 @@ Example:
     ...   %y: f32[n,4] = Relu(%x) @relu
     ...   return %y }''')
     >>> exe = md.compile(g, target="x86").executable
-    >>> split_rule(exe, {"n": 8}) is None    # 128 bytes of activations: nothing to gain
-    True
+    >>> split_rule(exe, {"n": 8}, threads=2)    # 128 bytes of activations: nothing to gain
+    []
     >>> run_pieces(exe, [np.arange(-4, 4, dtype=np.float32).reshape(2, 4)], {"n": 2}, 1)[0].tolist()
     [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 2.0, 3.0]]
 """
@@ -34,7 +43,11 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,47 +69,68 @@ PIECES = (1, 2)
 WHOLE = "whole"
 
 
-def split_rule(exe: Any, symbols: Mapping[str, int]) -> tuple[str, int] | None:
-    """``(symbol, batch)`` when the rule allows pieces for this binding (see the module doc),
-    else None (the reason logged under ``METADEF_DEBUG=1``)."""
+def split_rule(exe: Any, symbols: Mapping[str, int], threads: int = 1) -> list[Pieces]:
+    """The ways in pieces the rule times against the whole batch for this binding (see the
+    module doc; none: it runs whole, the reason logged under ``METADEF_DEBUG=1``)."""
     s = exe.samples
     n = symbols.get(s, 0) if s is not None else 0
     if n < 2:
-        return None
+        return []
     live = int(lower_bound(exe.graph, symbols))
     weights = sum(int(np.asarray(data).nbytes) for _, data in exe.consts)
-    if live <= max(CACHE_BYTES, WEIGHTS_FACTOR * weights):
-        if exe.debug:
-            log.debug("x86: %s at %s runs whole: its intermediates (%.1f MB live) stay within %.0f MB or "
-                      "%dx the weights (%.1f MB)", exe.graph.name, dict(symbols), live / 1e6, CACHE_BYTES / 1e6,
-                      WEIGHTS_FACTOR, weights / 1e6)
-        return None
-    return s, n
+    if live > max(CACHE_BYTES, WEIGHTS_FACTOR * weights):
+        return [Pieces(m, w) for w in dict.fromkeys((1, threads)) for m in PIECES if m < n]
+    if exe.debug:
+        log.debug("x86: %s at %s runs whole: its intermediates (%.1f MB live) stay within %.0f MB or "
+                  "%dx the weights (%.1f MB)", exe.graph.name, dict(symbols), live / 1e6, CACHE_BYTES / 1e6,
+                  WEIGHTS_FACTOR, weights / 1e6)
+    return []
 
 
 def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int], threads: int,
-                  outputs: Sequence[np.ndarray]) -> int | None:
-    """The piece size for this binding (None: the whole batch), measured on ``inputs`` into
+                  outputs: Sequence[np.ndarray]) -> Pieces | None:
+    """How this binding runs (None: the whole batch at once), measured on ``inputs`` into
     ``outputs`` the first time (each candidate run once untimed first: it prepares its
     programs, whose kernel choices must not wait on the measuring lock)."""
-    found = split_rule(exe, symbols)
-    if found is None:
+    ways = split_rule(exe, symbols, threads)
+    if not ways:
         return None
-    _, n = found
-    sizes = [m for m in PIECES if m < n]
     key = ("pieces", graph_hash(exe.graph, weights=False), tuple(sorted(symbols.items())), threads)
-    names = [WHOLE, *map(str, sizes)]
+    names = [WHOLE, *map(str, ways)]
     winner = known_choice(key, names)
     if winner is None:
         candidates = {WHOLE: lambda: exe.run_whole(inputs, symbols, outputs)}
-        for m in sizes:
-            candidates[str(m)] = lambda m=m: run_pieces(exe, inputs, symbols, m, outputs)
+        for way in ways:
+            candidates[str(way)] = lambda way=way: run_pieces(exe, inputs, symbols, way, outputs)
         for run in candidates.values():
             run()
         winner = measured_choice(key, candidates, rounds=1, warm_up=False)[0]
         if winner != WHOLE:  # its prepared programs hold a whole batch's arena: let them go
             exe.programs.forget(symbols)
-    return None if winner == WHOLE else int(winner)
+    return None if winner == WHOLE else Pieces.parse(winner)
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """A batch in pieces of ``size`` samples, run one after another (``workers`` 1: each piece
+    on the executable's threads) or on ``workers`` threads at once, each piece on one."""
+
+    size: int
+    workers: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.size}" if self.workers == 1 else f"{self.size} on {self.workers} threads"
+
+    @staticmethod
+    def parse(text: str) -> Pieces:
+        """The inverse of ``str``.
+
+        Example:
+            >>> Pieces.parse(str(Pieces(2, 4))), Pieces.parse("1")
+            (Pieces(size=2, workers=4), Pieces(size=1, workers=1))
+        """
+        words = text.split()
+        return Pieces(int(words[0]), int(words[2]) if len(words) > 2 else 1)
 
 
 def output_specs(exe: Any, symbols: Mapping[str, int]) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -104,29 +138,55 @@ def output_specs(exe: Any, symbols: Mapping[str, int]) -> list[tuple[tuple[int, 
     return [(tuple(evaluate_shape(v.type.shape, symbols)), v.type.dtype.numpy) for v in exe.graph.outputs]
 
 
-def run_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int], size: int,
+_WORKERS: list[ThreadPoolExecutor] = []
+_WORKERS_LOCK = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    with _WORKERS_LOCK:
+        if not _WORKERS:
+            _WORKERS.append(ThreadPoolExecutor(max(1, (os.cpu_count() or 2) - 1), "metadef-pieces"))
+        return _WORKERS[0]
+
+
+def run_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int], way: Pieces | int,
                outputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-    """The graph run in pieces of ``size`` samples (the last one smaller) into ``outputs``
-    (new arrays when None), each piece a prepared program on views of the inputs and outputs."""
+    """The graph run in pieces (``way``; an int: that many samples a piece, one after another)
+    into ``outputs`` (new arrays when None), each piece a prepared program on views of the
+    inputs and outputs; with several workers, piece ``k`` runs on worker ``k % workers`` (the
+    caller's thread is worker 0; native code runs with the GIL released)."""
+    if isinstance(way, int):
+        way = Pieces(way)
     s = exe.samples
     n = symbols[s]
     if outputs is None:
         outputs = [np.empty(shape, dtype) for shape, dtype in output_specs(exe, symbols)]
     first = sym(s)
     batched = [bool(v.type.shape) and v.type.shape[0] == first for v in exe.graph.inputs]
-    for start in range(0, n, size):
-        count = min(size, n - start)
-        piece = {**symbols, s: count}
-        program = exe.programs.bound(piece)
-        try:
-            ins = [a[start:start + count] if b else a for a, b in zip(inputs, batched)]
-            for array, (shape, dtype) in zip(ins, program.input_specs):
-                if array.shape != shape or array.dtype != dtype:
-                    exe._check_inputs(program, ins)
-            program.run(ins, [o[start:start + count] for o in outputs])
-        finally:
-            exe.programs.give_back(program)
+    starts = list(range(0, n, way.size))
+    threads = 1 if way.workers > 1 else None
+
+    def work(worker: int) -> None:
+        for start in starts[worker::way.workers]:
+            count = min(way.size, n - start)
+            program = exe.programs.bound({**symbols, s: count}, threads)
+            try:
+                ins = [a[start:start + count] if b else a for a, b in zip(inputs, batched)]
+                for array, (shape, dtype) in zip(ins, program.input_specs):
+                    if array.shape != shape or array.dtype != dtype:
+                        exe._check_inputs(program, ins)
+                program.run(ins, [o[start:start + count] for o in outputs])
+            finally:
+                exe.programs.give_back(program)
+
+    others = [_executor().submit(work, k) for k in range(1, min(way.workers, len(starts)))]
+    try:
+        work(0)
+    finally:
+        for future in others:
+            future.result()  # (an error in a worker is raised here)
     return list(outputs)
 
 
-__all__ = ["CACHE_BYTES", "PIECES", "WEIGHTS_FACTOR", "choose_pieces", "output_specs", "run_pieces", "split_rule"]
+__all__ = ["CACHE_BYTES", "PIECES", "WEIGHTS_FACTOR", "Pieces", "choose_pieces", "output_specs", "run_pieces",
+           "split_rule"]

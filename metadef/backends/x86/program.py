@@ -426,10 +426,12 @@ class ProgramPool:
         self._lock = threading.Lock()
         self.built = 0
 
-    def bound(self, symbols: Mapping[str, int]) -> BoundProgram:
-        """A prepared program for ``symbols`` (taken from the pool, or built); raises
-        :class:`BackendError` when the graph's shapes depend on values."""
-        threads = current_threads() if self.exe.threads is None else self.exe.threads
+    def bound(self, symbols: Mapping[str, int], threads: int | None = None) -> BoundProgram:
+        """A prepared program for ``symbols`` (taken from the pool, or built) at ``threads``
+        (default: the executable's); raises :class:`BackendError` when the graph's shapes
+        depend on values."""
+        if threads is None:
+            threads = current_threads() if self.exe.threads is None else self.exe.threads
         key = (tuple(sorted(symbols.items())), threads)
         free = self._free.get(key)
         if free:

@@ -51,8 +51,8 @@ def test_pieces_of_every_size_give_the_whole_batchs_outputs(cnn: tuple[md.Graph,
     feeds = _feeds(5)
     inputs = [feeds["x"], feeds["scale"]]  # %scale has no batch: every piece reads it whole
     want = ReferenceBackend().compile(g).run(feeds, {"n": 5})
-    for size in (1, 2, 3, 5):
-        got = pieces.run_pieces(exe, inputs, {"n": 5}, size)
+    for way in (1, 2, 3, 5, pieces.Pieces(1, 2), pieces.Pieces(2, 3)):  # (on 2 or 3 threads at once)
+        got = pieces.run_pieces(exe, inputs, {"n": 5}, way)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -68,7 +68,9 @@ def test_a_binding_decides_once_by_measurement_and_compiles_nothing(cnn: tuple[m
     feeds = _feeds(4)
     got = sess.run(feeds)
     decided = {k: v for k, v in exe._pieces.items() if k[0] == (("n", 4),)}
-    assert len(decided) == 1 and next(iter(decided.values())) in (None, 1, 2)
+    assert len(decided) == 1
+    way = next(iter(decided.values()))
+    assert way is None or way.size in pieces.PIECES
     want = ReferenceBackend().compile(g).run(feeds, {"n": 4})
     np.testing.assert_allclose(got["p"], want[0], rtol=1e-4, atol=1e-6)
     sess.run(feeds)
@@ -80,7 +82,7 @@ def test_pieces_write_into_caller_buffers_and_check_inputs(cnn: tuple[md.Graph, 
     g, sess = cnn
     exe = sess.executable
     for threads in (1, 2):
-        exe._pieces[((("n", 3),), threads)] = 2  # this binding runs in pieces of 2 and 1
+        exe._pieces[((("n", 3),), threads)] = pieces.Pieces(2, threads)  # pieces of 2 and 1
     feeds = _feeds(3)
     buffer = np.full((3, 10), np.nan, np.float32)
     got = sess.run(feeds, outputs={"p": buffer})
@@ -94,5 +96,15 @@ def test_pieces_write_into_caller_buffers_and_check_inputs(cnn: tuple[md.Graph, 
 
 def test_the_rule_runs_a_small_batch_whole(cnn: tuple[md.Graph, Session]) -> None:
     _, sess = cnn
-    assert pieces.split_rule(sess.executable, {"n": 8}) is None  # kilobytes of intermediates
-    assert pieces.split_rule(sess.executable, {"n": 1}) is None
+    assert pieces.split_rule(sess.executable, {"n": 8}, 2) == []  # kilobytes of intermediates
+    assert pieces.split_rule(sess.executable, {"n": 1}, 2) == []
+
+
+def test_the_rule_times_pieces_one_after_another_and_on_the_threads_at_once(cnn: tuple[md.Graph, Session],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = cnn[1].executable
+    monkeypatch.setattr(pieces, "CACHE_BYTES", 0)
+    assert pieces.split_rule(exe, {"n": 6}, 2) == []  # the weights outweigh its intermediates
+    monkeypatch.setattr(pieces, "WEIGHTS_FACTOR", 0)
+    assert [str(w) for w in pieces.split_rule(exe, {"n": 6}, 2)] == ["1", "2", "1 on 2 threads", "2 on 2 threads"]
+    assert [str(w) for w in pieces.split_rule(exe, {"n": 2}, 1)] == ["1"]
