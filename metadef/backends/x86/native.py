@@ -328,38 +328,49 @@ _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
 
 
-def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]], *,
-                    rounds: int = MEASURED_ROUNDS, warm_up: bool = True) -> tuple[str, str]:
+def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
     """The fastest of ``candidates`` (name -> one run on the shapes ``key`` names), timed once
-    (best of ``rounds``, interleaved, after a warm-up unless the caller ran each already) and
-    remembered in this process and in the compile cache's shape level, so a new process on
-    this machine does not time it again: ``(name, the timings as text)``. The decision is
-    logged under ``METADEF_DEBUG=1``."""
+    (:func:`race`, after a warm-up) and remembered in this process and in the compile cache's
+    shape level, so a new process on this machine does not time it again: ``(name, the
+    timings as text)``. The decision is logged under ``METADEF_DEBUG=1``. Choices are made one
+    at a time (a lock): two kernels timed at once would slow each other."""
     with _CHOICE_LOCK:
         found = _known_choice(key, candidates)
-        if found is not None:
-            return found
-        cache_key = _choice_key(key, candidates)
         if found is None:
-            times = dict.fromkeys(candidates, math.inf)
-            for run in candidates.values() if warm_up else ():
-                run()
-            racing = dict(candidates)
-            for _ in range(rounds):  # interleaved: a burst of foreign load hits all alike
-                for name, run in racing.items():
-                    t0 = time.perf_counter()
-                    run()
-                    times[name] = min(times[name], time.perf_counter() - t0)
-                best = min(times.values())  # a candidate far behind after a round stops running
-                racing = {name: run for name, run in racing.items() if times[name] <= DROPPED_AFTER * best}
-            winner = min(times, key=times.__getitem__)
-            text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
-            found = (winner, text)
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                Store().put(cache_key, {"winner": winner, "timings": text}, {})
-        _CONV_CHOICES[key] = found
-        log.debug("x86: %s: %s chosen by measurement (%s)", key, *found)
+            found = remember_choice(key, candidates, race(candidates))
         return found
+
+
+def race(candidates: Mapping[str, Callable[[], None]], rounds: int = MEASURED_ROUNDS,
+         warm_up: bool = True) -> dict[str, float]:
+    """Each candidate's best time (s) over ``rounds`` interleaved rounds (a burst of foreign
+    load hits all alike), after one untimed run of each unless ``warm_up`` is False; a
+    candidate :data:`DROPPED_AFTER` times behind the best after a round runs no more."""
+    times = dict.fromkeys(candidates, math.inf)
+    for run in candidates.values() if warm_up else ():
+        run()
+    racing = dict(candidates)
+    for _ in range(rounds):
+        for name, run in racing.items():
+            t0 = time.perf_counter()
+            run()
+            times[name] = min(times[name], time.perf_counter() - t0)
+        best = min(times.values())
+        racing = {name: run for name, run in racing.items() if times[name] <= DROPPED_AFTER * best}
+    return times
+
+
+def remember_choice(key: tuple[Any, ...], names: Collection[str], times: Mapping[str, float]) -> tuple[str, str]:
+    """The fastest of ``times`` as the choice for ``key`` among ``names``, kept in this process
+    and in the compile cache's shape level (what :func:`known_choice` finds later), and logged."""
+    winner = min(times, key=times.__getitem__)
+    text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
+    found = (winner, text)
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        Store().put(_choice_key(key, names), {"winner": winner, "timings": text}, {})
+    _CONV_CHOICES[key] = found
+    log.debug("x86: %s: %s chosen by measurement (%s)", key, *found)
+    return found
 
 
 def _choice_key(key: tuple[Any, ...], names: Iterable[str]) -> Any:

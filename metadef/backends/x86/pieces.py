@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis import lower_bound
-from metadef.backends.x86.native import known_choice, measured_choice
+from metadef.backends.x86.native import known_choice, race, remember_choice
 from metadef.cache.keys import graph_hash
 from metadef.shape import evaluate_shape, sym
 
@@ -90,8 +90,8 @@ def split_rule(exe: Any, symbols: Mapping[str, int], threads: int = 1) -> list[P
 def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int], threads: int,
                   outputs: Sequence[np.ndarray]) -> Pieces | None:
     """How this binding runs (None: the whole batch at once), measured on ``inputs`` into
-    ``outputs`` the first time (each candidate run once untimed first: it prepares its
-    programs, whose kernel choices must not wait on the measuring lock)."""
+    ``outputs`` the first time (each candidate once untimed, which prepares its programs,
+    then once timed)."""
     ways = split_rule(exe, symbols, threads)
     if not ways:
         return None
@@ -102,9 +102,9 @@ def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, 
         candidates = {WHOLE: lambda: exe.run_whole(inputs, symbols, outputs)}
         for way in ways:
             candidates[str(way)] = lambda way=way: run_pieces(exe, inputs, symbols, way, outputs)
-        for run in candidates.values():
-            run()
-        winner = measured_choice(key, candidates, rounds=1, warm_up=False)[0]
+        # (timed outside measured_choice's lock: a piece's worker thread may prepare a
+        # program, whose kernel choices take that lock)
+        winner = remember_choice(key, names, race(candidates, rounds=1))[0]
         if winner != WHOLE:  # its prepared programs hold a whole batch's arena: let them go
             exe.programs.forget(symbols)
     return None if winner == WHOLE else Pieces.parse(winner)
