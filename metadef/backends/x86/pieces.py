@@ -91,7 +91,8 @@ def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, 
                   outputs: Sequence[np.ndarray]) -> Pieces | None:
     """How this binding runs (None: the whole batch at once), measured on ``inputs`` into
     ``outputs`` the first time (each candidate once untimed, which prepares its programs,
-    then once timed)."""
+    then :func:`~metadef.backends.x86.native.race`'s rounds: one round alone chose wrong
+    under foreign load)."""
     ways = split_rule(exe, symbols, threads)
     if not ways:
         return None
@@ -104,7 +105,7 @@ def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, 
             candidates[str(way)] = lambda way=way: run_pieces(exe, inputs, symbols, way, outputs)
         # (timed outside measured_choice's lock: a piece's worker thread may prepare a
         # program, whose kernel choices take that lock)
-        winner = remember_choice(key, names, race(candidates, rounds=1))[0]
+        winner = remember_choice(key, names, race(candidates))[0]
         if winner != WHOLE:  # its prepared programs hold a whole batch's arena: let them go
             exe.programs.forget(symbols)
     return None if winner == WHOLE else Pieces.parse(winner)
