@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,24 @@ def test_the_rule_times_pieces_one_after_another_and_on_the_threads_at_once(cnn:
     monkeypatch.setattr(pieces, "WEIGHTS_FACTOR", 0)
     assert [str(w) for w in pieces.split_rule(exe, {"n": 6}, 2)] == ["1", "2", "1 on 2 threads", "2 on 2 threads"]
     assert [str(w) for w in pieces.split_rule(exe, {"n": 2}, 1)] == ["1"]
+
+
+def test_runs_in_pieces_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) -> None:
+    g, sess = cnn
+    exe = sess.executable
+    for threads in (1, 2):
+        exe._pieces[((("n", 4),), threads)] = pieces.Pieces(1, threads)
+    inputs = [_feeds(4) for _ in range(6)]
+    want = [ReferenceBackend().compile(g).run(f, {"n": 4})[0] for f in inputs]
+    got: list[np.ndarray | None] = [None] * len(inputs)
+
+    def work(k: int) -> None:
+        got[k] = sess.run(inputs[k])["p"]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
