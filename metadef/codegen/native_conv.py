@@ -48,9 +48,10 @@ workspace is :func:`winograd_workspace` floats and its weights ``u`` are transfo
 WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
 """The dims of ``md_winograd_in`` and ``md_winograd_out`` (one image: ``n`` is 1)."""
 
-IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "task", "tasks")
-"""The dims of ``md_im2col_task``: args are ``[x, col]``; task ``task`` of ``tasks`` fills the
-rows of its share of the channels (one image, one group)."""
+IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "y0", "task", "tasks")
+"""The dims of ``md_im2col_task``: args are ``[x, col]``; the columns of output rows ``[y0, y0 +
+oh)`` (a band of the image: 0 and all its rows for the whole); task ``task`` of ``tasks`` fills
+the rows of its share of the channels (one image, one group)."""
 
 PAD2D_DIMS = ("planes", "h", "w", "pt", "pl", "hp", "wp", "task", "tasks")
 """The dims of ``md_pad2d``: args are ``[x, padded]``; task ``task`` of ``tasks`` pads its share
@@ -58,8 +59,9 @@ of the planes."""
 
 
 def _im2col(module: ir.Module) -> ir.Function:
-    """``col[(c*kh + r)*kw + s, y*ow + x] = X[c, y*sh - pt + r*dh, x*sw - pl + s*dw]`` (0 outside)."""
-    names = ("cg", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl")
+    """``col[(c*kh + r)*kw + s, y*ow + x] = X[c, (y0 + y)*sh - pt + r*dh, x*sw - pl + s*dw]`` (0
+    outside) for the ``oh`` output rows from ``y0``."""
+    names = ("cg", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "y0")
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, *(I64 for _ in names)]), "md_im2col")
     fn.linkage = "internal"
     fn.args[0].add_attribute("noalias")
@@ -88,7 +90,7 @@ def _im2col(module: ir.Module) -> ir.Function:
                 base = _elem(b, col, b.mul(row, pixels))
 
                 def out_row(y: ir.Value) -> None:
-                    ih = b.add(b.sub(b.mul(y, d["sh"]), d["pt"]), b.mul(r, d["dh"]))
+                    ih = b.add(b.sub(b.mul(b.add(y, d["y0"]), d["sh"]), d["pt"]), b.mul(r, d["dh"]))
                     dst = _elem(b, base, b.mul(y, d["ow"]))
                     inside = b.and_(b.icmp_signed(">=", ih, I64(0)), b.icmp_signed("<", ih, d["h"]))
                     with b.if_else(inside) as (then, otherwise):
@@ -124,7 +126,7 @@ def _im2col_task(module: ir.Module) -> None:
     last = b.sdiv(b.mul(d["c"], b.add(d["task"], I64(1))), d["tasks"])
     rows = b.mul(first, b.mul(b.mul(d["kh"], d["kw"]), b.mul(d["oh"], d["ow"])))
     b.call(im2col, [_elem(b, x, b.mul(first, b.mul(d["h"], d["w"]))), _elem(b, col, rows), b.sub(last, first),
-                    *(d[k] for k in ("h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl"))])
+                    *(d[k] for k in ("h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "y0"))])
     b.ret_void()
 
 
@@ -152,7 +154,7 @@ def _conv2d(module: ir.Module, im2col: ir.Function) -> None:
             yg = _elem(b, y, b.mul(b.add(b.mul(n, d["k"]), b.mul(g, kg)), pixels))
             with b.if_then(b.not_(direct)):
                 b.call(im2col, [xg, work, cg, d["h"], d["w"], d["oh"], d["ow"], d["kh"], d["kw"],
-                                d["sh"], d["sw"], d["dh"], d["dw"], d["pt"], d["pl"]])
+                                d["sh"], d["sw"], d["dh"], d["dw"], d["pt"], d["pl"], I64(0)])
             cols = b.select(direct, xg, work)
 
             def fill() -> None:

@@ -72,9 +72,11 @@ GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks")
 """The dims of ``md_gemm``: args are ``[x [m, k], packed weights, bias [ceil(n/16)*16], y [m, n]]``;
 task ``task`` of ``tasks`` computes its share of the 16-column panels."""
 
-CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "task", "tasks")
+CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "task", "tasks")
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
-``lo`` and ``hi`` are float32 bits (``-inf`` / ``inf`` for no bound)."""
+``lo`` and ``hi`` are float32 bits (``-inf`` / ``inf`` for no bound); ``ys``: the floats from
+one row of ``y`` (and of the residual) to the next, ``p`` unless ``x`` is a band of columns
+of a wider output (an im2col of some output rows), whose image ``cout * ys`` floats apart."""
 
 CONV1X1T_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "task", "tasks")
 """The dims of ``md_conv1x1t``: args are ``[xt [n, p, cin] (the input transposed, see
@@ -119,7 +121,8 @@ def _bits(x: float) -> int:
 
 
 def conv1x1_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False, lo: float = -math.inf,
-                 hi: float = math.inf, order: int = 0, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+                 hi: float = math.inf, order: int = 0, y_stride: int | None = None, task: int = 0,
+                 tasks: int = 1) -> tuple[int, ...]:
     """The dims of one ``md_conv1x1`` call (see :data:`CONV1X1_DIMS`).
 
     Example:
@@ -127,7 +130,8 @@ def conv1x1_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False,
         (1, 16, 96, 12544)
     """
     values = {"n": n, "cin": cin, "cout": cout, "p": p, "has_res": int(residual), "lo": _bits(lo),
-              "hi": _bits(hi), "order": order, "task": task, "tasks": tasks}
+              "hi": _bits(hi), "order": order, "ys": p if y_stride is None else y_stride, "task": task,
+              "tasks": tasks}
     return tuple(values[d] for d in CONV1X1_DIMS)
 
 
@@ -463,7 +467,7 @@ def conv1x1t_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False
 def _conv1x1(module: ir.Module) -> None:
     tile = _tile(module, "md_conv1x1_tile", MR, column_bias=False)
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1", CONV1X1_DIMS)
-    p, cin, cout = d["p"], d["cin"], d["cout"]
+    p, cin, cout, ys = d["p"], d["cin"], d["cout"], d["ys"]
     col_blocks = b.sdiv(b.add(p, I64(NR - 1)), I64(NR))
     row_blocks = b.sdiv(b.add(cout, I64(MR - 1)), I64(MR))
     pixels_outer = b.icmp_signed("==", d["order"], I64(0))
@@ -477,12 +481,12 @@ def _conv1x1(module: ir.Module) -> None:
         image = b.sdiv(u, outer)
         block = b.srem(u, outer)
         xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
-        yi = b.mul(image, b.mul(cout, p))
+        yi = b.mul(image, b.mul(cout, ys))
 
         def ahead() -> None:  # this block's lines of x and y some blocks on, out of memory
             j = b.mul(b.add(block, I64(AHEAD)), I64(NR))
             _loop(b, I64(0), cin, lambda k: _prefetch(module, b, _elem(b, xi, b.add(b.mul(k, p), j)), write=False))
-            _loop(b, I64(0), cout, lambda r: _prefetch(module, b, _elem(b, y, b.add(yi, b.add(b.mul(r, p), j))),
+            _loop(b, I64(0), cout, lambda r: _prefetch(module, b, _elem(b, y, b.add(yi, b.add(b.mul(r, ys), j))),
                                                        write=True))
 
         _if(b, pixels_outer, ahead)
@@ -493,9 +497,9 @@ def _conv1x1(module: ir.Module) -> None:
             j0 = b.mul(cb, I64(NR))
             j0 = b.select(b.icmp_signed(">", b.add(j0, I64(NR)), p), b.sub(p, I64(NR)), j0)
             r0 = b.mul(rb, I64(MR))
-            at = b.add(yi, b.add(b.mul(r0, p), j0))
+            at = b.add(yi, b.add(b.mul(r0, ys), j0))
             b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(MR)))), I64(1), I64(MR), cin,
-                          _elem(b, y, at), p, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
+                          _elem(b, y, at), ys, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
                           b.sub(cout, r0), I64(NR), lo, hi])
 
         _loop(b, I64(0), inner, one)

@@ -172,15 +172,17 @@ class WeightProduct:
             release_mapped(self.weight)  # a weight mapped from a .mdef file: its pages leave the RSS
         return self._packed[kind]
 
-    def choice(self, p: int) -> str:
+    def choice(self, p: int, bands: Sequence[int] = ()) -> str:
         """``OWN``, ``OWN_C``, ``OWN_T`` or ``BLAS`` for images of ``p`` pixels, measured once
         per shape (on arrays filled with ones: pages of zeros that were never written all map
-        one shared page, which would make every read a cache hit)."""
+        one shared page, which would make every read a cache hit). ``bands``: the pixels of
+        each band of columns ``md_conv1x1`` would take in turn (an im2col done in bands of
+        output rows): it is timed that way, a band's columns in cache."""
         if PREFER is not None:  # (md_conv1x1 needs a block of 16 pixels; md_conv1x1t a bias it can read)
             possible = self.rows_possible if PREFER == OWN_T else p >= NR if PREFER in (OWN, OWN_C) else True
             return PREFER if possible else BLAS
         cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
-        key = ("weights x image", depth, cout, p, self.residual, *self.bounds)
+        key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()))
         # (channels outer pays for streaming a residual row by row; without one it is not timed)
         columns = ((OWN, OWN_C) if self.residual else (OWN,)) if p >= MIN_PIXELS else ()
         names = [BLAS, *columns, *((OWN_T,) if self.rows_possible else ())]
@@ -205,9 +207,14 @@ class WeightProduct:
         if p >= MIN_PIXELS:
             packed = np.ones((-(-cout // MR), depth, MR), np.float32)
             for kind, order in ((OWN, 0), (OWN_C, 1))[:len(columns)]:
-                candidates[kind] = timed_call(native_function("md_conv1x1"), [
-                    x.ctypes.data, packed.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
-                    conv1x1_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, order=order))
+                parts, at = [], 0
+                for width in bands or (p,):  # (each band's columns in x, as each band's im2col leaves them)
+                    parts.append(timed_call(native_function("md_conv1x1"), [
+                        x.ctypes.data, packed.ctypes.data, bias.ctypes.data, res_address + 4 * at * bool(res_address),
+                        y.ctypes.data + 4 * at], conv1x1_dims(1, depth, cout, width, residual=self.residual, lo=lo,
+                                                             hi=hi, order=order, y_stride=p)))
+                    at += width
+                candidates[kind] = parts[0] if len(parts) == 1 else lambda parts=parts: [part() for part in parts]
         if self.rows_possible:
             panels = np.ones((-(-cout // NR), depth, NR), np.float32)
             flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
@@ -220,9 +227,11 @@ class WeightProduct:
         return measured_choice(key, candidates)[0]
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
-              what: str) -> tuple[list[Call], int]:
-        """The calls of ``kind`` (``OWN`` or ``OWN_T``) over ``n`` images of ``p`` pixels, and
-        the bytes of workspace they need at ``work``."""
+              what: str, y_stride: int | None = None) -> tuple[list[Call], int]:
+        """The calls of ``kind`` (``OWN``, ``OWN_C`` or ``OWN_T``) over ``n`` images of ``p``
+        pixels, and the bytes of workspace they need at ``work``; ``y_stride`` (``OWN`` and
+        ``OWN_C`` only): the floats between rows of the output and residual, when ``x`` holds
+        a band of an image's pixels."""
         lo, hi = self.bounds
         cout, depth = self.cout, self.depth
         packed, zeros = self.packed(kind)
@@ -231,6 +240,9 @@ class WeightProduct:
         res = residual if residual is not None else NULL
         base = {"residual": residual is not None, "lo": lo, "hi": hi}
         epilogue = " + epilogue" if residual is not None or self.bounds != (-math.inf, math.inf) else ""
+        if y_stride is not None:
+            assert kind in (OWN, OWN_C), kind
+            base["y_stride"] = y_stride
         if kind in (OWN, OWN_C):
             order = int(kind == OWN_C)
             outer = -(-cout // MR) if order else -(-p // NR)

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, PRODUCT_ROUTINES, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, OWN, OWN_C, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -40,6 +41,7 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
 from metadef.codegen.native_conv import winograd_plan
+from metadef.codegen.native_gemm import NR
 from metadef.format import release_mapped
 from metadef.ops.defs.nn_pool import window
 
@@ -191,7 +193,9 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     u = np.ones((16, k, c), np.float32)
     b = np.zeros(k, np.float32)
     work = np.ones(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
-    cols_dims = (c, h, w, oh, ow, 3, 3, 1, 1, 1, 1, begin[0], begin[1], 0, 1)
+    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": 3, "kw": 3, "sh": 1, "sw": 1, "dh": 1, "dw": 1,
+              "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
+    cols_dims = tuple(values[d] for d in IM2COL_DIMS)
     im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
     product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
                                                        b.ctypes.data, 0], sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
@@ -210,7 +214,7 @@ def _im2col_values(sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int
     _, c, h, w = sx
     return {"c": c, "h": h, "w": w, "oh": out_hw[0], "ow": out_hw[1], "kh": kernel[0], "kw": kernel[1],
             "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
-            "pt": begin[0], "pl": begin[1], "task": 0, "tasks": 1}
+            "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
 
 
 def weight_product(attrs: Mapping[str, Any], weight: np.ndarray | None, consts: Sequence[np.ndarray | None],
@@ -274,26 +278,64 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
     if product.depth != c * taps or pixels == 0:
         return None
-    kind = product.choice(pixels)
+    bands = im2col_bands(c * taps, out_hw)
+    kind = product.choice(pixels, [rows * out_hw[1] for _, rows in bands] if len(bands) > 1 else ())
     if kind == BLAS:
         return None
+    if kind not in (OWN, OWN_C):
+        bands = [(0, out_hw[0])]
     values = _im2col_values(sx, kernel, win, begin, out_hw)
-
-    def tasks(count: int) -> list[tuple[int, ...]] | None:
-        if count < 2 or c < count or c * taps * pixels < PARALLEL_ELEMENTS:
-            return None
-        return [tuple({**values, "task": t, "tasks": count}[d] for d in IM2COL_DIMS) for t in range(count)]
-
     calls: list[Call] = []
     work = 0
     image = 4 * product.cout * pixels
     for i in range(n):
-        calls.append(Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), Arg("scratch", 0)),
-                          tuple(values[d] for d in IM2COL_DIMS), "conv2d im2col", tasks))
-        more, work = product.calls(kind, 1, pixels, Arg("scratch", 0), None if residual is None else
-                                   residual.at(i * image), out.at(i * image), Arg("scratch", 1), "conv2d")
-        calls += more
-    return NativeStep(tuple(calls), (c * taps * pixels * 4, *((work,) if work else ())), product.keep())
+        for y0, rows in bands:
+            band = {**values, "y0": y0, "oh": rows}
+            at = i * image + 4 * y0 * out_hw[1]
+            calls.append(Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), Arg("scratch", 0)),
+                              tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col",
+                              functools.partial(_band_tasks, band, c, c * taps * rows * out_hw[1])))
+            more, work = product.calls(kind, 1, rows * out_hw[1], Arg("scratch", 0),
+                                       None if residual is None else residual.at(at), out.at(at),
+                                       Arg("scratch", 1), "conv2d", None if len(bands) == 1 else pixels)
+            calls += more
+    cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
+    return NativeStep(tuple(calls), (cols, *((work,) if work else ())), product.keep())
+
+
+BAND_BYTES = 192 << 10
+"""An image whose im2col (for our own kernel, pixels as the tile's columns) takes more than this
+is done in bands of output rows, each band's columns then its product: the columns stay in
+L2 (ResNet-50's first conv: 7.4 MB of columns, read 147 rows at a time, a stream each)."""
+
+
+def im2col_bands(depth: int, out_hw: tuple[int, int]) -> list[tuple[int, int]]:
+    """``(first output row, rows)`` of each band of an image whose columns are ``depth`` rows
+    deep: about :data:`BAND_BYTES` of columns a band, each at least one 16-pixel block wide
+    (the kernel's), the last no narrower (a short remainder joins the band before it).
+
+    Example:
+        >>> im2col_bands(147, (112, 112))[:2], len(im2col_bands(147, (112, 112)))
+        ([(0, 2), (2, 2)], 56)
+        >>> im2col_bands(27, (14, 14))
+        [(0, 14)]
+    """
+    oh, ow = out_hw
+    rows = max(1, BAND_BYTES // (4 * depth * ow), -(-NR // ow))
+    if rows >= oh:
+        return [(0, oh)]
+    bands = [(y0, min(rows, oh - y0)) for y0 in range(0, oh, rows)]
+    if bands[-1][1] * ow < NR or bands[-1][1] < rows // 2:
+        _, last = bands.pop()
+        bands[-1] = (bands[-1][0], bands[-1][1] + last)
+    return bands
+
+
+def _band_tasks(values: Mapping[str, int], c: int, elements: int, count: int) -> list[tuple[int, ...]] | None:
+    """A band's im2col split over its channels across ``count`` threads (None: one call)."""
+    if count < 2 or c < count or elements < PARALLEL_ELEMENTS:
+        return None
+    return [tuple({**values, "task": t, "tasks": count}[d] for d in IM2COL_DIMS) for t in range(count)]
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,

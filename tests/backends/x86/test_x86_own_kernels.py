@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import metadef as md
-from metadef.backends.x86 import conv1x1
-from metadef.codegen.native import ENTRY, native_function
+from metadef.backends.x86 import conv1x1, conv_lowering
+from metadef.codegen.native import ENTRY, IM2COL_DIMS, native_function
 from metadef.codegen.native_depthwise import depthwise_dims
 from metadef.codegen.native_gemm import (
     NR,
@@ -61,6 +61,54 @@ def test_conv1x1_matches_float64(n: int, cin: int, cout: int, p: int, residual: 
     if residual:
         want += res
     np.testing.assert_allclose(y, np.clip(want, *bounds), rtol=1e-5, atol=1e-5)
+
+
+def test_conv1x1_writes_a_band_into_a_wider_output() -> None:
+    # the product of some output rows' columns: its rows of y (and of the residual) lie a whole
+    # image's pixels apart, its image cout * ys floats
+    cin, cout, p, wide, at = 9, 14, 40, 100, 30
+    x = RNG.standard_normal((1, cin, p), dtype=np.float32)
+    w = RNG.standard_normal((cout, cin), dtype=np.float32)
+    bias = RNG.standard_normal(cout, dtype=np.float32)
+    res = RNG.standard_normal((cout, wide), dtype=np.float32)
+    y = np.full((cout, wide), np.nan, np.float32)
+    args = [x, pack_conv1x1_weights(w), bias, res[:, at:], y[:, at:]]
+    pointers = (ctypes.c_void_p * 5)(*[a.ctypes.data for a in args])
+    for t in range(2):
+        dims = conv1x1_dims(1, cin, cout, p, residual=True, lo=0.0, hi=3.0, y_stride=wide, task=t, tasks=2)
+        ENTRY(native_function("md_conv1x1"))(pointers, (ctypes.c_int64 * len(dims))(*dims))
+    want = np.clip(w.astype(np.float64) @ x[0] + bias[:, None] + res[:, at:at + p], 0.0, 3.0)
+    np.testing.assert_allclose(y[:, at:at + p], want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[:, :at]).all() and np.isnan(y[:, at + p:]).all()  # nothing outside the band
+
+
+@pytest.mark.parametrize(("c", "h", "w", "k", "strides", "dilations", "begin"), [
+    (3, 23, 20, 7, (2, 2), (1, 1), (3, 3)),
+    (4, 11, 9, 3, (1, 2), (2, 1), (2, 1)),
+    (2, 8, 8, 1, (3, 3), (1, 1), (0, 0)),
+])
+def test_im2col_of_a_band_is_the_band_of_the_whole(c: int, h: int, w: int, k: int, strides: tuple[int, int],
+                                                   dilations: tuple[int, int], begin: tuple[int, int]) -> None:
+    oh = (h + 2 * begin[0] - dilations[0] * (k - 1) - 1) // strides[0] + 1
+    ow = (w + 2 * begin[1] - dilations[1] * (k - 1) - 1) // strides[1] + 1
+    x = RNG.standard_normal((c, h, w), dtype=np.float32)
+    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": k, "kw": k, "sh": strides[0], "sw": strides[1],
+              "dh": dilations[0], "dw": dilations[1], "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
+    whole = np.full((c * k * k, oh * ow), np.nan, np.float32)
+    _call("md_im2col_task", [x, whole], tuple(values[d] for d in IM2COL_DIMS))
+    for y0 in range(oh):
+        for rows in range(1, oh - y0 + 1):
+            band = np.full((c * k * k, rows * ow), np.nan, np.float32)
+            _call("md_im2col_task", [x, band], tuple({**values, "y0": y0, "oh": rows}[d] for d in IM2COL_DIMS))
+            np.testing.assert_array_equal(band, whole[:, y0 * ow:(y0 + rows) * ow])
+
+
+def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
+    for depth, out_hw in [(147, (112, 112)), (27, (112, 112)), (576, (7, 7)), (4608, (14, 14)), (9000, (3, 3))]:
+        bands = conv_lowering.im2col_bands(depth, out_hw)
+        assert [y0 for y0, _ in bands] == list(np.cumsum([0] + [r for _, r in bands[:-1]]))
+        assert sum(r for _, r in bands) == out_hw[0]
+        assert all(r * out_hw[1] >= NR for _, r in bands) or len(bands) == 1
 
 
 @pytest.mark.parametrize(("n", "rows", "cols", "tasks"), [
@@ -379,11 +427,16 @@ def _convs() -> md.Graph:
     return g.build()
 
 
-@pytest.mark.parametrize("prefer", [conv1x1.OWN, conv1x1.OWN_C, conv1x1.OWN_T, conv1x1.BLAS])
-def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("prefer", "bands"), [(conv1x1.OWN, False), (conv1x1.OWN_C, False), (conv1x1.OWN_T, False),
+                                               (conv1x1.BLAS, False), (conv1x1.OWN, True), (conv1x1.OWN_C, True)])
+def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, bands: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Each image's im2col, then our kernel (the residual add and the bounds in its stores)
-    give the reference backend's outputs, on two batch sizes without compiling again."""
+    give the reference backend's outputs, on two batch sizes without compiling again; with
+    ``bands``, each image in bands of output rows (its columns, then their product)."""
     monkeypatch.setattr(conv1x1, "PREFER", prefer)
+    if bands:
+        monkeypatch.setattr(conv_lowering, "BAND_BYTES", 1)
     graph = md.optimize(_convs(), level="aggressive")
     exe = md.compile(graph, target="x86")
     ref = md.compile(graph, target="reference")
@@ -396,6 +449,8 @@ def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, monkeypa
     own = sum(v for k, v in kinds.items() if k.startswith("conv2d own kernel"))
     if prefer == conv1x1.BLAS:
         assert own == 0 and kinds["conv2d sgemm"] == 3 * 5
+    elif bands:  # the 8x8 outputs in bands of 2 rows, the 4x4 in one of 4 (16 pixels: the kernel's block)
+        assert own == kinds["conv2d im2col"] - 3 == 3 * (4 + 4 + 1 + 4)
     else:  # pixels as columns: not the 9-pixel conv, which takes sgemm
         assert own == 3 * (5 if prefer == conv1x1.OWN_T else 4)
         assert kinds["conv2d im2col"] == 3 * 5
