@@ -5,8 +5,9 @@ processes, so neither pays for the other's libraries).
     .venv/bin/python bench/x86_memory.py                     # every zoo model, batch 1
     .venv/bin/python bench/x86_memory.py --models bert --batch 8
 
-The arena holds every intermediate tensor and scratch buffer of one run; the lower bound is
-the most memory live at any one step (no placement needs less). Peak RSS is ``VmHWM`` after
+The arena holds every intermediate tensor and scratch buffer of one run (of one piece's, where
+the batch ran in pieces: ``runs``); the lower bound is the most memory live at any one step (no
+placement needs less). Peak RSS is ``VmHWM`` after
 building the model, compiling (metadef: optimize at ``aggressive`` + x86 compile; ORT:
 session creation at ORT_ENABLE_ALL) and three runs, minus nothing: imports and weights count.
 The ORT process imports only onnxruntime and numpy: it reads the model and its inputs from
@@ -40,10 +41,15 @@ else:
 feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)
 for _ in range(3):
     sess.run(feeds)
-program = sess.executable.programs.bound({{"batch": batch, **dims}})
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+symbols = {{"batch": batch, **dims}}
+way = [w for k, w in sess.executable._pieces.items() if dict(k[0]) == symbols]
+if way and way[0] is not None:  # the batch ran in pieces: the arena of a piece's program
+    symbols["batch"] = way[0].size
+program = sess.executable.programs.bound(symbols)
 print(json.dumps({{"arena": program.plan.peak, "lower_bound": program.plan.lower_bound, "rss_kb": hwm,
-                  "python_steps": program.python_steps, "native_calls": program.native_calls}}))
+                  "python_steps": program.python_steps, "native_calls": program.native_calls,
+                  "pieces": str(way[0]) if way and way[0] is not None else "whole"}}))
 """
 
 ORT = """
@@ -87,9 +93,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["mlp", "resnet50", "mobilenetv2", "bert"])
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
-    print("| model | batch | arena MB | lower bound MB | arena / bound | metadef peak RSS MB, from ONNX | "
+    print("| model | batch | runs | arena MB | lower bound MB | arena / bound | metadef peak RSS MB, from ONNX | "
           "from .mdef | ORT peak RSS MB | RSS ratio, from ONNX | from .mdef |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
         ours = _run(METADEF.format(name=name, batch=args.batch, mdef=""))
         with tempfile.TemporaryDirectory() as where:
@@ -99,7 +105,8 @@ def main() -> None:
             model, inputs = _ort_files(name, args.batch, where)
             theirs = _run(ORT.format(model=model, inputs=inputs))
         ratio = ours["arena"] / ours["lower_bound"] if ours["lower_bound"] else 1.0
-        print(f"| {name} | {args.batch} | {ours['arena'] / 2**20:.2f} | {ours['lower_bound'] / 2**20:.2f} | "
+        print(f"| {name} | {args.batch} | {ours['pieces']} | {ours['arena'] / 2**20:.2f} | "
+              f"{ours['lower_bound'] / 2**20:.2f} | "
               f"{ratio:.3f} | {ours['rss_kb'] / 1024:.0f} | {mapped['rss_kb'] / 1024:.0f} | "
               f"{theirs['rss_kb'] / 1024:.0f} | {ours['rss_kb'] / theirs['rss_kb']:.2f} | "
               f"{mapped['rss_kb'] / theirs['rss_kb']:.2f} |", flush=True)
