@@ -182,6 +182,8 @@ class BenchRow:
     foreign_cores: float
     attempts: int
     warnings: list[str] = field(default_factory=list)
+    runs_as: str = "whole"
+    """How metadef ran the batch: ``whole``, or the pieces its first run chose (``1 on 2 threads``)."""
 
 
 def run_bench(model: str, batches: Sequence[int] = (1,), threads: Sequence[int] = (1,), runs: int = 10,
@@ -234,8 +236,10 @@ def _measure(bm: BenchModel, sess: md.Session, peers: Mapping[str, Runner], setu
     latency = {name: LatencyStats.of(times, batch_size) for name, times in sample.times.items()}
     latency = {METADEF: latency.pop(METADEF), **latency}
     ratio = {p: latency[METADEF].p50_ms / latency[p].p50_ms for p in peers}
+    pieces_for = getattr(sess.executable, "pieces_for", None)
+    way = pieces_for(symbols) if pieces_for is not None else None
     return BenchRow(bm.name, batch, threads, symbols, latency, ratio, setup_s, sample.foreign_s,
-                    sample.foreign_cores, attempts, warnings)
+                    sample.foreign_cores, attempts, warnings, "whole" if way is None else f"pieces of {way}")
 
 
 @dataclass
@@ -332,6 +336,10 @@ def print_report(report: BenchReport) -> None:
     console.print(rows_table(report.rows))
     console.print("setup s: ORT's session creation, torch's conversion to torch ops; metadef's compile is in "
                   "the first table")
+    for r in report.rows:
+        if r.runs_as != "whole":
+            console.print(f"batch {r.batch}, {r.threads} thread(s): metadef ran the batch in {r.runs_as} "
+                          "(chosen by timing its first run; metadef.backends.x86.pieces)")
     loaded = [r for r in report.rows if r.attempts > 1]
     if loaded:
         console.print(f"[yellow]warning[/]: {len(loaded)} of {len(report.rows)} configurations ran under foreign "

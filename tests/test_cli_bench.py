@@ -22,7 +22,7 @@ from metadef.cli_bench import (
 )
 
 ROW_FIELDS = {"model", "batch", "threads", "dims", "latency", "ratio", "setup_s", "foreign_cpu_s", "foreign_cores",
-              "attempts", "warnings"}
+              "attempts", "warnings", "runs_as"}
 LATENCY_FIELDS = {"runs", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "throughput"}
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -45,7 +45,7 @@ def test_bench_json_holds_metadefs_own_figures_and_each_configuration() -> None:
     rows = report["configurations"]
     assert [(r["batch"], r["threads"]) for r in rows] == [(1, 1), (2, 1)]
     for r in rows:
-        assert set(r) == ROW_FIELDS and r["dims"] == {"batch": r["batch"]}
+        assert set(r) == ROW_FIELDS and r["dims"] == {"batch": r["batch"]} and r["runs_as"] == "whole"
         assert list(r["latency"]) == ["metadef", "onnxruntime"]
         for stats in r["latency"].values():
             assert set(stats) == LATENCY_FIELDS and stats["runs"] >= 3

@@ -276,6 +276,21 @@ class X86Executable:
         may run in pieces (:mod:`.pieces`), or None."""
         return separable_symbol(self.graph)
 
+    def pieces_for(self, symbols: Mapping[str, int]) -> Pieces | None:
+        """How runs of this binding go at the current thread count: the pieces chosen on its
+        first run (:mod:`.pieces`), or None (the whole batch at once, or not run yet).
+
+        Example:
+            >>> from metadef.ir import parse_graph
+            >>> exe = X86Backend().compile(parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: f32[n,4] = Relu(%x) "
+            ...                                        "@relu return %y }"))
+            >>> _ = exe.run({"x": np.ones((8, 4), np.float32)}, {"n": 8})
+            >>> exe.pieces_for({"n": 8}) is None    # 128 bytes of activations: run whole
+            True
+        """
+        threads = current_threads() if self.threads is None else self.threads
+        return self._pieces.get((tuple(sorted(symbols.items())), threads))
+
     def _pieces_of(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
                    outputs: Sequence[np.ndarray | None] | None) -> Pieces | None:
         """The pieces this binding runs in (None: whole), chosen on its first run."""
