@@ -43,13 +43,13 @@ for _ in range(3):
     sess.run(feeds)
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
 symbols = {{"batch": batch, **dims}}
-way = [w for k, w in sess.executable._pieces.items() if dict(k[0]) == symbols]
-if way and way[0] is not None:  # the batch ran in pieces: the arena of a piece's program
-    symbols["batch"] = way[0].size
+way = sess.executable.pieces_for(symbols)
+if way is not None:  # the batch ran in pieces: the arena of a piece's program
+    symbols["batch"] = way.size
 program = sess.executable.programs.bound(symbols)
 print(json.dumps({{"arena": program.plan.peak, "lower_bound": program.plan.lower_bound, "rss_kb": hwm,
                   "python_steps": program.python_steps, "native_calls": program.native_calls,
-                  "pieces": str(way[0]) if way and way[0] is not None else "whole"}}))
+                  "pieces": "whole" if way is None else str(way)}}))
 """
 
 ORT = """

@@ -40,7 +40,7 @@ def bench(name: str, batch: int, threads: int, runs: int) -> None:
     for way in ways:
         calls[str(way)] = lambda way=way: pieces.run_pieces(exe, inputs, symbols, way)
     sess.run(feeds)  # the session's own choice for this binding
-    chosen = exe._pieces.get((tuple(sorted(symbols.items())), threads))
+    chosen = exe.pieces_for(symbols)
     for call in calls.values():
         call()
     times: dict[str, list[float]] = {k: [] for k in calls}

@@ -152,13 +152,8 @@ def _im2col_then_sgemm(sx: Shape, sw: Shape, kernel: tuple[int, ...], win: Any, 
     n, c, h, w = sx
     k = sw[0]
     taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
-    values = _im2col_values(sx, kernel, win, begin, out_hw)
-
-    def tasks(n: int) -> list[tuple[int, ...]] | None:
-        if n < 2 or c < n or c * taps * pixels < PARALLEL_ELEMENTS:
-            return None
-        return [tuple({**values, "task": t, "tasks": n}[d] for d in IM2COL_DIMS) for t in range(n)]
-
+    values = _im2col_values(sx, kernel, win.strides, win.dilations, begin, out_hw)
+    tasks = functools.partial(_im2col_tasks, values, c, c * taps * pixels)
     cols = Arg("scratch", 0)
     calls = []
     for i in range(n):
@@ -193,8 +188,7 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     u = np.ones((16, k, c), np.float32)
     b = np.zeros(k, np.float32)
     work = np.ones(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
-    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": 3, "kw": 3, "sh": 1, "sw": 1, "dh": 1, "dw": 1,
-              "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
+    values = _im2col_values(sx, (3, 3), (1, 1), (1, 1), begin, (oh, ow))
     cols_dims = tuple(values[d] for d in IM2COL_DIMS)
     im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
     product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
@@ -209,11 +203,12 @@ def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
     return winner == "winograd", timings
 
 
-def _im2col_values(sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
-                   out_hw: tuple[int, int]) -> dict[str, int]:
+def _im2col_values(sx: Shape, kernel: tuple[int, ...], strides: Sequence[int], dilations: Sequence[int],
+                   begin: Sequence[int], out_hw: tuple[int, int]) -> dict[str, int]:
+    """The dims of one image's ``md_im2col_task`` by name (all its output rows, one task)."""
     _, c, h, w = sx
     return {"c": c, "h": h, "w": w, "oh": out_hw[0], "ow": out_hw[1], "kh": kernel[0], "kw": kernel[1],
-            "sh": win.strides[0], "sw": win.strides[1], "dh": win.dilations[0], "dw": win.dilations[1],
+            "sh": strides[0], "sw": strides[1], "dh": dilations[0], "dw": dilations[1],
             "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
 
 
@@ -284,7 +279,7 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
         return None
     if kind not in (OWN, OWN_C):
         bands = [(0, out_hw[0])]
-    values = _im2col_values(sx, kernel, win, begin, out_hw)
+    values = _im2col_values(sx, kernel, win.strides, win.dilations, begin, out_hw)
     calls: list[Call] = []
     work = 0
     image = 4 * product.cout * pixels
@@ -294,7 +289,7 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
             at = i * image + 4 * y0 * out_hw[1]
             calls.append(Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), Arg("scratch", 0)),
                               tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col",
-                              functools.partial(_band_tasks, band, c, c * taps * rows * out_hw[1])))
+                              functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])))
             more, work = product.calls(kind, 1, rows * out_hw[1], Arg("scratch", 0),
                                        None if residual is None else residual.at(at), out.at(at),
                                        Arg("scratch", 1), "conv2d", None if len(bands) == 1 else pixels)
@@ -331,8 +326,9 @@ def im2col_bands(depth: int, out_hw: tuple[int, int]) -> list[tuple[int, int]]:
     return bands
 
 
-def _band_tasks(values: Mapping[str, int], c: int, elements: int, count: int) -> list[tuple[int, ...]] | None:
-    """A band's im2col split over its channels across ``count`` threads (None: one call)."""
+def _im2col_tasks(values: Mapping[str, int], c: int, elements: int, count: int) -> list[tuple[int, ...]] | None:
+    """An im2col (``values``: of an image or a band, ``elements`` columns' floats) split over its
+    ``c`` channels across ``count`` threads (None: one call)."""
     if count < 2 or c < count or elements < PARALLEL_ELEMENTS:
         return None
     return [tuple({**values, "task": t, "tasks": count}[d] for d in IM2COL_DIMS) for t in range(count)]

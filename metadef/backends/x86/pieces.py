@@ -7,7 +7,7 @@ that can beat running the batch whole:
 - *micro-batches*: when a batch's intermediates far outweigh the weights, pieces of one or
   two samples keep them in the L2 and L3 caches and re-read only the weights: MobileNetV2's
   batch of 8 moves 46 MB of activations through memory between layers, against 14 MB of
-  weights (1.19-1.27 -> 0.99-1.04 of ONNX Runtime's time here);
+  weights (1.23-1.35 -> 0.99-1.10 of ONNX Runtime's time here, one thread);
 - *pieces on the threads at once*: with several threads, each piece runs on one thread, the
   kernels not split at all (MobileNetV2 at batch 8 on 2 threads: pieces of one, two at a
   time, 76 ms against 109 for one after another and 119 whole, in one measurement).
@@ -23,9 +23,10 @@ The rule (:func:`split_rule`): only where the graph is separable along a symbol 
 each size in :data:`PIECES` are candidates, one after another and (with several threads) on
 the threads at once. The candidates and the whole batch are timed on the call's own inputs,
 once per binding and thread count (remembered in this process and in the compile cache's
-shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the rule declines, why. A
-piece is a prepared program of its own binding (``{"batch": 2}``) run on views of the inputs
-and outputs: nothing is copied.
+shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the
+rule declines, why; :meth:`~metadef.backends.x86.backend.X86Executable.pieces_for` tells it afterwards. A piece is a
+prepared program of its own binding (``{"batch": 2}``) run on views of the inputs and
+outputs: nothing is copied.
 
 Example:
     >>> import numpy as np, metadef as md
