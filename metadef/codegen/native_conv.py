@@ -29,6 +29,7 @@ from metadef.codegen.native_ir import (
     _float_bits,
     _if,
     _internal,
+    _load_if,
     _loop,
     _share,
     _smax,
@@ -205,7 +206,7 @@ def _col2im(module: ir.Module) -> None:
 
     def channel(c: ir.Value) -> None:
         yc = _elem(b, y, b.mul(c, plane))
-        start = b.select(b.icmp_signed("!=", d["has_bias"], I64(0)), b.load(_elem(b, bias, c), typ=F32), F32(0.0))
+        start = _load_if(b, b.icmp_signed("!=", d["has_bias"], I64(0)), lambda: _elem(b, bias, c), F32(0.0))
 
         def fill(i: ir.Value) -> None:
             b.store(start, _elem(b, yc, i))
@@ -410,7 +411,7 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
 
     def out_channel(k: ir.Value) -> None:
-        beta = b.select(has_bias, b.load(_elem(b, bias, b.select(has_bias, k, I64(0))), typ=F32), F32(0.0))
+        beta = _load_if(b, has_bias, lambda: _elem(b, bias, k), F32(0.0))
         yk = _elem(b, yn, b.mul(k, lay.out_plane))
         dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(lay.m * lay.m)))))
 

@@ -54,6 +54,18 @@ def _if(b: ir.IRBuilder, cond: ir.Value, then: Callable[[], None]) -> None:
     b.position_at_end(after)
 
 
+def _load_if(b: ir.IRBuilder, cond: ir.Value, at: Callable[[], ir.Value], default: ir.Value) -> ir.Value:
+    """The float at ``at()`` where ``cond`` holds, else ``default``; the load sits behind a
+    branch, since a ``select`` of it would still load (from a null bias pointer: a crash)."""
+    pre = b.block
+    with b.if_then(cond):
+        loaded, inside = b.load(at(), typ=F32), b.block
+    value = b.phi(F32)
+    value.add_incoming(default, pre)
+    value.add_incoming(loaded, inside)
+    return value
+
+
 def _arg(b: ir.IRBuilder, base: ir.Value, i: int, typ: ir.Type) -> ir.Value:
     return b.load(b.gep(base, [I64(i)], source_etype=typ), typ=typ)
 
@@ -80,11 +92,11 @@ def _share(b: ir.IRBuilder, extent: ir.Value, d: dict[str, ir.Value]) -> tuple[i
             b.sdiv(b.mul(extent, b.add(d["task"], I64(1))), d["tasks"]))
 
 
-def _splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    """``value`` in all 8 lanes of a vector of its type."""
-    vector = ir.VectorType(value.type, 8)
+def _splat(b: ir.IRBuilder, value: ir.Value, lanes: int = 8) -> ir.Value:
+    """``value`` in all ``lanes`` lanes of a vector of its type."""
+    vector = ir.VectorType(value.type, lanes)
     v = b.insert_element(ir.Constant(vector, ir.Undefined), value, I32(0))
-    return b.shuffle_vector(v, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, 8), [0] * 8))
+    return b.shuffle_vector(v, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
 
 
 def _bounded(b: ir.IRBuilder, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:

@@ -228,6 +228,23 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
         assert own == (2 * 16 if products == conv1x1.OWN_T or (products == conv1x1.OWN and tiles >= 16) else 0)
 
 
+@pytest.mark.parametrize("choice", ["winograd", "im2col"])
+def test_a_3x3_conv_without_bias_reads_no_bias(monkeypatch: pytest.MonkeyPatch, choice: str) -> None:
+    """A conv without a bias passes a null bias pointer: the output transform must not load
+    through it (a select of the load did, and crashed the process)."""
+    from metadef.backends.x86 import conv_lowering
+    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    g = _graph("""graph g(%x: f32[n,8,16,16]) -> (%y) {
+      %w: f32[8,8,3,3] = const
+      %y: f32[n,8,16,16] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
+      return %y }""")
+    feeds = {"x": RNG.standard_normal((2, 8, 16, 16), dtype=np.float32)}
+    for threads in (1, 2):
+        sess = md.compile(g, target="x86", cache=False, threads=threads)
+        np.testing.assert_allclose(sess.run(feeds)["y"], _reference(g, feeds)["y"], rtol=1e-4, atol=1e-4)
+
+
 def test_same_structure_other_weights_in_one_process_gets_its_own_weights() -> None:
     text = """graph g(%x: f32[n,4]) -> (%y) {
       %w: f32[4,3] = const
