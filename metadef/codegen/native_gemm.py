@@ -7,19 +7,26 @@
 
 ``x`` is read in place (``[n, cin, p]``: NCHW with the pixels flattened), so a pointwise conv
 needs no packing of its input and no workspace; the weights are packed once, at bind time, in
-panels of :data:`MR` output channels (``[ceil(cout / MR), cin, MR]``, zero-padded; see
-:func:`pack_conv1x1_weights`). The register tile is :data:`MR` channels x :data:`NR` pixels (12
-AVX2 accumulators), and the bias, the residual add and the activation (Relu is ``lo = 0``,
-Clip any bounds) are applied in registers before the one store: no second pass over the
-output as a separate epilogue kernel would make. A last partial block of pixels is computed as
-the block ending at ``p`` (overlapping the previous one, which writes the same values), so
-``p >= NR`` is required.
+panels of ``rows`` = :func:`conv1x1_rows` output channels (``[ceil(cout / rows), cin, rows]``,
+zero-padded; see :func:`pack_conv1x1_weights`). The register tile is ``rows`` channels x
+:data:`NR` pixels: with AVX-512, 8 rows of one 512-bit register (8 accumulators); without, 6
+rows of two 256-bit halves (12). The bias, the residual add and the activation (Relu is
+``lo = 0``, Clip any bounds) are applied in registers before the one store: no second pass
+over the output as a separate epilogue kernel would make. A last partial block of pixels is
+computed as the block ending at ``p`` (overlapping the previous one, which writes the same
+values), so ``p >= NR`` is required.
 
 ``md_gemm`` computes ``y = clip(x W + bias, lo, hi)`` for ``x [m, k]`` and constant ``W [k, n]``
 packed in panels of 16 columns (``[ceil(n/16), k, 16]``, :func:`pack_gemm_weights`): each
-panel stays in cache while the rows of ``x`` pass in tiles of 6 rows, the last ones in tiles of
-4, 2 and 1 (a batch of 8 rows is one 6-row and one 2-row tile); the bias is added per column,
-and a last narrower panel is stored through 16 floats on the stack. Tasks split the panels.
+panel stays in cache while the rows of ``x`` pass in tiles of :func:`gemm_row_tiles` rows
+(12 with AVX-512, else 6), the last ones in the smaller tiles (8, 4, 2, 1 or 4, 2, 1); the
+bias is added per column, and a last narrower panel is stored through 16 floats on the stack.
+Tasks split the panels.
+
+The tile's vectors are as wide as the host allows (:func:`tile_lanes`): on this project's Zen 5
+machines a 512-bit FMA does twice the work of a 256-bit one in the same time (a loop of
+independent FMAs: 245 against 122 GFLOP/s on one core), so the AVX2 tile was capped at half the
+core's peak; the packed layouts are the same either way.
 
 The blocks of ``md_conv1x1`` are walked pixels-outer (``order = 0``: one ``cin x NR`` panel of ``x`` stays in L1
 while every weight panel passes) or channels-outer (``order = 1``: one weight panel stays while
@@ -48,6 +55,7 @@ import struct
 import numpy as np
 from llvmlite import ir
 
+from metadef.codegen.jit import host_target
 from metadef.codegen.native_ir import (
     F32,
     I32,
@@ -66,7 +74,8 @@ from metadef.codegen.native_ir import (
 )
 
 MR, NR = 6, 16
-"""The register tile: output channels x pixels (two 8-float vectors a channel)."""
+"""The AVX2 register tile: output channels x pixels (two 8-float vectors a channel); with
+AVX-512 the rows are :func:`conv1x1_rows` and :func:`gemm_row_tiles`."""
 
 GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks")
 """The dims of ``md_gemm``: args are ``[x [m, k], packed weights, bias [ceil(n/16)*16], y [m, n]]``;
@@ -86,14 +95,29 @@ panel) units."""
 
 
 
-def pack_conv1x1_weights(w: np.ndarray) -> np.ndarray:
-    """``W [cout, cin, (1, 1)]`` in the panels ``md_conv1x1`` reads: ``[ceil(cout/MR), cin, MR]``.
+def conv1x1_rows() -> int:
+    """The output channels of ``md_conv1x1``'s tile (its weights' panels), and the pixels of
+    ``md_conv1x1t``'s, on this host: 8 rows of one 512-bit register with AVX-512 (8 chains of
+    FMAs, as many as two FMA units of four cycles keep busy; 8 divides the usual channel
+    counts, where 12 computed padding rows and measured no faster), else :data:`MR` rows of
+    two 256-bit halves.
 
     Example:
-        >>> pack_conv1x1_weights(np.ones((7, 3), np.float32)).shape
-        (2, 3, 6)
+        >>> conv1x1_rows() in (MR, 8)
+        True
     """
-    return pack_rows(w.reshape(w.shape[0], -1), MR)
+    return 8 if tile_lanes() == 16 else MR
+
+
+def pack_conv1x1_weights(w: np.ndarray) -> np.ndarray:
+    """``W [cout, cin, (1, 1)]`` in the panels ``md_conv1x1`` reads: ``[ceil(cout/rows), cin,
+    rows]``, ``rows`` = :func:`conv1x1_rows`.
+
+    Example:
+        >>> pack_conv1x1_weights(np.ones((13, 3), np.float32)).shape[:2]
+        (2, 3)
+    """
+    return pack_rows(w.reshape(w.shape[0], -1), conv1x1_rows())
 
 
 def pack_rows(w: np.ndarray, block: int) -> np.ndarray:
@@ -139,10 +163,23 @@ def conv1x1_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False,
 
 
 
-def _fma(module: ir.Module) -> ir.Function:
-    name = "llvm.fma.v8f32"
+def tile_lanes() -> int:
+    """The floats in one vector of the micro-kernel on this host: 16 (a tile row is one 512-bit
+    register) where the CPU has AVX-512, else 8 (a row is two 256-bit halves). The packed
+    layouts do not depend on it: a row of the tile is :data:`NR` floats either way.
+
+    Example:
+        >>> tile_lanes() in (8, 16)
+        True
+    """
+    return 16 if host_target().has("avx512f") else 8
+
+
+def _fma(module: ir.Module, lanes: int = 8) -> ir.Function:
+    name = f"llvm.fma.v{lanes}f32"
     found = module.globals.get(name)
-    return found if found is not None else ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]), name)
+    vector = ir.VectorType(F32, lanes)
+    return found if found is not None else ir.Function(module, ir.FunctionType(vector, [vector] * 3), name)
 
 
 def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: bool = False) -> ir.Function:
@@ -153,8 +190,15 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
     apart; null: none) and the bounds, and one store of the first ``rows`` rows and ``cols``
     columns. ``transposed``: ``y`` (and ``res``) hold the block column by column, element
     ``(r, c)`` at ``c*y_row + r`` (a pointwise conv's NCHW output with pixels as the rows):
-    stored element by element, which costs little next to the ``depth`` steps before it."""
-    fma = _fma(module)
+    stored element by element, which costs little next to the ``depth`` steps before it.
+
+    A row of the block is :func:`tile_lanes`-wide vectors (one 512-bit register with AVX-512,
+    two 256-bit ones without); a tile of few rows splits its steps over several sets of
+    accumulators, so that at least 8 chains of FMAs are in flight (two FMA units, four cycles
+    each), summed before the last few steps."""
+    lanes = tile_lanes()
+    per, vector = NR // lanes, ir.VectorType(F32, lanes)
+    fma = _fma(module, lanes)
     params = [PTR, I64, PTR, I64, I64, I64, PTR, I64, PTR, PTR, I64, I64, F32, F32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
@@ -163,7 +207,7 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
         fn.args[i].add_attribute("noalias")
     v, v_step, s, s_row, s_step, depth, y, y_row, res, bias, rows, cols, lo, hi = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    zero = ir.Constant(V8, [0.0] * 8)
+    zero = ir.Constant(vector, [0.0] * lanes)
     _prefetch_block(module, b, y, y_row, res, mr, transposed)
 
     def steps(first: ir.Value, last: ir.Value, sets: list[list[list[ir.Value]]]) -> list[list[list[ir.Value]]]:
@@ -175,7 +219,7 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
         b.position_at_end(head)
         k = b.phi(I64)
         k.add_incoming(first, pre)
-        phis = [[[b.phi(V8) for _ in range(2)] for _ in range(mr)] for _ in sets]
+        phis = [[[b.phi(vector) for _ in range(per)] for _ in range(mr)] for _ in sets]
         for phi_set, init in zip(phis, sets):
             for phi_row, init_row in zip(phi_set, init):
                 for phi, value in zip(phi_row, init_row):
@@ -184,12 +228,12 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
         for j, acc in enumerate(phis):
             kj = b.add(k, I64(j))
             src = _elem(b, v, b.mul(kj, v_step))
-            vs = [b.load(_elem(b, src, I64(8 * h)), typ=V8, align=4) for h in range(2)]
+            vs = [b.load(_elem(b, src, I64(lanes * h)), typ=vector, align=4) for h in range(per)]
             scalars = _elem(b, s, b.mul(kj, s_step))
             rows_now = []
             for r in range(mr):
-                a = _splat(b, b.load(_elem(b, scalars, b.mul(I64(r), s_row)), typ=F32))
-                rows_now.append([b.call(fma, [a, vs[h], acc[r][h]]) for h in range(2)])
+                a = _splat(b, b.load(_elem(b, scalars, b.mul(I64(r), s_row)), typ=F32), lanes)
+                rows_now.append([b.call(fma, [a, vs[h], acc[r][h]]) for h in range(per)])
             new.append(rows_now)
         k1 = b.add(k, I64(len(sets)))
         k.add_incoming(k1, b.block)
@@ -206,7 +250,7 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
             for init_row, new_row in zip(init, new_set):
                 row = []
                 for value, updated in zip(init_row, new_row):
-                    phi = b.phi(V8)
+                    phi = b.phi(vector)
                     phi.add_incoming(value, pre)
                     phi.add_incoming(updated, body)
                     row.append(phi)
@@ -214,51 +258,52 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
             out.append(out_set)
         return out
 
-    # one or two rows give one or two chains of FMAs per half: latency-bound (a GEMV); they
-    # run 4 or 2 chains over interleaved steps, summed before the last few steps
-    zeros = [[zero, zero] for _ in range(mr)]
-    ways = {1: 4, 2: 2}.get(mr, 1)
+    # few rows give few chains of FMAs: latency-bound (a GEMV); they run several sets of
+    # chains over interleaved steps, summed before the last few steps
+    zeros = [[zero] * per for _ in range(mr)]
+    ways = max(1, 8 // (mr * per))
     if ways == 1:
         final = steps(I64(0), depth, [zeros])[0]
     else:
         main = b.mul(b.sdiv(depth, I64(ways)), I64(ways))
         parts = steps(I64(0), main, [zeros] * ways)
-        total = [[parts[0][r][h] for h in range(2)] for r in range(mr)]
+        total = [[parts[0][r][h] for h in range(per)] for r in range(mr)]
         for part in parts[1:]:
-            total = [[b.fadd(total[r][h], part[r][h]) for h in range(2)] for r in range(mr)]
+            total = [[b.fadd(total[r][h], part[r][h]) for h in range(per)] for r in range(mr)]
         final = steps(main, depth, [total])[0]
-    low, high = _splat(b, lo), _splat(b, hi)
+    low, high = _splat(b, lo, lanes), _splat(b, hi, lanes)
     with_res = b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0))
     whole = b.icmp_signed("==", cols, I64(NR))
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
     with b.goto_entry_block():
-        spill = b.alloca(V8, size=2)
-    betas = [b.load(_elem(b, bias, I64(8 * h)), typ=V8, align=4) for h in range(2)] if column_bias else None
+        spill = b.alloca(vector, size=per)
+    betas = [b.load(_elem(b, bias, I64(lanes * h)), typ=vector, align=4) for h in range(per)] if column_bias else None
     if transposed:
         assert betas is not None
-        _store_columns(module, b, [[b.fadd(final[r][h], betas[h]) for h in range(2)] for r in range(mr)], y, y_row,
-                       res, with_res, rows, cols, (low, high))
+        rows_out = [_halves(b, [b.fadd(final[r][h], betas[h]) for h in range(per)]) for r in range(mr)]
+        _store_columns(module, b, rows_out, y, y_row, res, with_res, rows, cols, (_splat(b, lo), _splat(b, hi)))
         b.ret_void()
         return fn
     for r in range(mr):
         def store(r: int = r) -> None:
             offset = b.mul(I64(r), y_row)
-            beta = betas or [_splat(b, b.load(_elem(b, bias, I64(r)), typ=F32))] * 2
-            out = [b.fadd(final[r][h], beta[h]) for h in range(2)]
+            beta = betas or [_splat(b, b.load(_elem(b, bias, I64(r)), typ=F32), lanes)] * per
+            out = [b.fadd(final[r][h], beta[h]) for h in range(per)]
 
             def plus_residual() -> None:  # a residual is read only where there is one
-                for h in range(2):
-                    at = b.add(offset, I64(8 * h))
-                    total = b.fadd(out[h], b.load(_elem(b, res, at), typ=V8, align=4))
+                for h in range(per):
+                    at = b.add(offset, I64(lanes * h))
+                    total = b.fadd(out[h], b.load(_elem(b, res, at), typ=vector, align=4))
                     b.store(_bounded(b, total, low, high), _elem(b, y, at), align=4)
 
             def alone() -> None:
                 with b.if_else(whole) as (full, part):
                     with full:
-                        for h in range(2):
-                            b.store(_bounded(b, out[h], low, high), _elem(b, y, b.add(offset, I64(8 * h))), align=4)
+                        for h in range(per):
+                            b.store(_bounded(b, out[h], low, high), _elem(b, y, b.add(offset, I64(lanes * h))),
+                                    align=4)
                     with part:  # a last, narrower block of columns: through 16 floats on the stack
-                        for h in range(2):
+                        for h in range(per):
                             b.store(_bounded(b, out[h], low, high), b.gep(spill, [I64(h)]), align=4)
                         b.call(memcpy, [_elem(b, y, offset), b.bitcast(spill, PTR), b.mul(cols, I64(4)),
                                         ir.IntType(1)(0)])
@@ -271,6 +316,14 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
         _if(b, b.icmp_signed("<", I64(r), rows), store)
     b.ret_void()
     return fn
+
+
+def _halves(b: ir.IRBuilder, row: list[ir.Value]) -> list[ir.Value]:
+    """A tile row as two 8-float vectors, whatever its vectors' width."""
+    if len(row) == 2:
+        return row
+    lanes = ir.VectorType(I32, 8)
+    return [b.shuffle_vector(row[0], row[0], ir.Constant(lanes, list(range(8 * h, 8 * h + 8)))) for h in range(2)]
 
 
 AHEAD = 4
@@ -343,14 +396,16 @@ def _pointwise_entry(module: ir.Module, name: str, dim_names: tuple[str, ...]
 def _conv1x1t(module: ir.Module) -> None:
     """``md_conv1x1t``: a pointwise conv with the pixels as the tile's rows (see
     :data:`CONV1X1T_DIMS`): each 16-channel panel of the packed weights stays in cache while
-    the image's pixels pass in tiles of 6, the last few one by one, each row a pixel of the transposed
-    input (read along the channels: 6 streams, a new cache line every 16 steps; reading the
-    NCHW input in place would take a new line every step, measured up to 1.6x slower), and
+    the image's pixels pass in tiles of :func:`conv1x1_rows`, the last few one by one, each row
+    a pixel of the transposed input (read along the channels: 6 or 8 streams, a new cache line
+    every 16 steps; reading the NCHW input in place would take a new line every step, measured
+    up to 1.6x slower), and
     the tile is stored column by column into the NCHW output. No pixel is computed twice, so a
     7x7 image (49 pixels) costs 49 rows where ``md_conv1x1`` computes 64."""
     # (two tiles: a tile's transposed store doubles its code, and LLVM's time with it; the
     # last few rows go one at a time, through the single row's four chains of FMAs)
-    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True) for mr in (MR, 1)}
+    top = conv1x1_rows()
+    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True) for mr in (top, 1)}
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1t", CONV1X1T_DIMS)
     p, cin, cout = d["p"], d["cin"], d["cout"]
     panels = b.sdiv(b.add(cout, I64(NR - 1)), I64(NR))
@@ -372,9 +427,9 @@ def _conv1x1t(module: ir.Module) -> None:
             b.call(tiles[mr], [wq, I64(NR), _elem(b, xi, b.mul(r0, cin)), cin, I64(1), cin, _elem(b, y, at), p,
                                b.select(has_res, _elem(b, res, at), null), _elem(b, bias, c0), I64(mr), cols, lo, hi])
 
-        full = b.sdiv(p, I64(MR))
-        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(MR)), MR))
-        _loop(b, b.mul(full, I64(MR)), p, lambda r: rows_from(r, 1))
+        full = b.sdiv(p, I64(top))
+        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(top)), top))
+        _loop(b, b.mul(full, I64(top)), p, lambda r: rows_from(r, 1))
 
     _loop(b, first, last, unit)
     b.ret_void()
@@ -465,11 +520,12 @@ def conv1x1t_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False
 
 
 def _conv1x1(module: ir.Module) -> None:
-    tile = _tile(module, "md_conv1x1_tile", MR, column_bias=False)
+    mr = conv1x1_rows()
+    tile = _tile(module, "md_conv1x1_tile", mr, column_bias=False)
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1", CONV1X1_DIMS)
     p, cin, cout, ys = d["p"], d["cin"], d["cout"], d["ys"]
     col_blocks = b.sdiv(b.add(p, I64(NR - 1)), I64(NR))
-    row_blocks = b.sdiv(b.add(cout, I64(MR - 1)), I64(MR))
+    row_blocks = b.sdiv(b.add(cout, I64(mr - 1)), I64(mr))
     pixels_outer = b.icmp_signed("==", d["order"], I64(0))
     outer = b.select(pixels_outer, col_blocks, row_blocks)
     inner = b.select(pixels_outer, row_blocks, col_blocks)
@@ -496,9 +552,9 @@ def _conv1x1(module: ir.Module) -> None:
             rb = b.select(pixels_outer, v, block)
             j0 = b.mul(cb, I64(NR))
             j0 = b.select(b.icmp_signed(">", b.add(j0, I64(NR)), p), b.sub(p, I64(NR)), j0)
-            r0 = b.mul(rb, I64(MR))
+            r0 = b.mul(rb, I64(mr))
             at = b.add(yi, b.add(b.mul(r0, ys), j0))
-            b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(MR)))), I64(1), I64(MR), cin,
+            b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(mr)))), I64(1), I64(mr), cin,
                           _elem(b, y, at), ys, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
                           b.sub(cout, r0), I64(NR), lo, hi])
 
@@ -541,8 +597,21 @@ def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math
     return tuple(values[d] for d in GEMM_DIMS)
 
 
+def gemm_row_tiles() -> tuple[int, ...]:
+    """The row counts of ``md_gemm``'s tiles on this host, largest first: 12 rows of one
+    512-bit register each with AVX-512 (12 accumulators of 32), else 6 rows of two 256-bit
+    halves (12 of 16); the last rows go by the smaller tiles.
+
+    Example:
+        >>> gemm_row_tiles()[-1]
+        1
+    """
+    return (12, 8, 4, 2, 1) if tile_lanes() == 16 else (MR, 4, 2, 1)
+
+
 def _gemm(module: ir.Module) -> None:
-    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True) for mr in (MR, 4, 2, 1)}
+    sizes = gemm_row_tiles()
+    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True) for mr in sizes}
     b, args, dims = _define(module, "md_gemm")
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GEMM_DIMS)}
@@ -563,12 +632,13 @@ def _gemm(module: ir.Module) -> None:
                                _elem(b, y, b.add(b.mul(r0, n), j0)), n, null, _elem(b, bias, j0), I64(mr), cols,
                                lo, hi])
 
-        full = b.sdiv(m, I64(MR))
-        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(MR)), MR))
-        # the last rows (fewer than MR) by tiles of 4, 2 and 1 rows
-        r0 = b.mul(full, I64(MR))
+        top = sizes[0]
+        full = b.sdiv(m, I64(top))
+        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(top)), top))
+        # the last rows (fewer than the largest tile's) by the smaller tiles
+        r0 = b.mul(full, I64(top))
         rest = b.sub(m, r0)
-        for mr in (4, 2, 1):
+        for mr in sizes[1:]:
             with b.if_then(b.icmp_signed(">=", rest, I64(mr))):
                 rows_from(r0, mr)
             taken = b.select(b.icmp_signed(">=", rest, I64(mr)), I64(mr), I64(0))
@@ -578,5 +648,6 @@ def _gemm(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["CONV1X1T_DIMS", "CONV1X1_DIMS", "GEMM_DIMS", "MR", "NR", "TRANSPOSE_DIMS", "conv1x1_dims", "conv1x1t_dims",
-           "gemm_dims", "pack_conv1x1_weights", "pack_gemm_weights", "pack_rows", "transpose_dims"]
+__all__ = ["CONV1X1T_DIMS", "CONV1X1_DIMS", "GEMM_DIMS", "MR", "NR", "TRANSPOSE_DIMS", "conv1x1_dims", "conv1x1_rows",
+           "conv1x1t_dims", "gemm_dims", "gemm_row_tiles", "pack_conv1x1_weights", "pack_gemm_weights", "pack_rows",
+           "tile_lanes", "transpose_dims"]

@@ -48,9 +48,9 @@ from metadef.backends.x86.native import (
 from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import depthwise_dims, stack_floats
 from metadef.codegen.native_gemm import (
-    MR,
     NR,
     conv1x1_dims,
+    conv1x1_rows,
     conv1x1t_dims,
     pack_conv1x1_weights,
     pack_rows,
@@ -205,7 +205,7 @@ class WeightProduct:
         fused = self.residual or self.bounds != (-math.inf, math.inf)
         candidates[BLAS] = (lambda: (sgemm(), epilogue())) if fused else sgemm
         if p >= MIN_PIXELS:
-            packed = np.ones((-(-cout // MR), depth, MR), np.float32)
+            packed = np.ones((-(-cout // conv1x1_rows()), depth, conv1x1_rows()), np.float32)
             for kind, order in ((OWN, 0), (OWN_C, 1))[:len(columns)]:
                 parts, at = [], 0
                 for width in bands or (p,):  # (each band's columns in x, as each band's im2col leaves them)
@@ -245,7 +245,7 @@ class WeightProduct:
             base["y_stride"] = y_stride
         if kind in (OWN, OWN_C):
             order = int(kind == OWN_C)
-            outer = -(-cout // MR) if order else -(-p // NR)
+            outer = -(-cout // conv1x1_rows()) if order else -(-p // NR)
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
                 if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * outer < count:

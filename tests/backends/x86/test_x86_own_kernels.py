@@ -44,6 +44,8 @@ def _call(routine: str, arrays: list[np.ndarray | None], dims: tuple[int, ...]) 
     (3, 24, 20, 100, True, (-0.5, 0.5), 1, 2),
     (2, 7, 11, 33, False, (-1.0, 1.0), 0, 3),
     (1, 64, 6, 16, True, (-math.inf, math.inf), 0, 2),
+    (1, 33, 17, 40, True, (-math.inf, math.inf), 0, 1),  # panels of 8 or 6 channels, a last one of 1 or 5
+    (2, 9, 25, 64, False, (0.0, math.inf), 1, 2),
 ])
 def test_conv1x1_matches_float64(n: int, cin: int, cout: int, p: int, residual: bool,
                                  bounds: tuple[float, float], order: int, tasks: int) -> None:
@@ -261,6 +263,9 @@ def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPat
     (7, 10, 25, (-1.0, 1.0), 1),
     (13, 33, 5, (0.0, 6.0), 3),
     (6, 16, 1, (-math.inf, math.inf), 2),
+    (27, 40, 131, (-math.inf, math.inf), 1),  # 12 + 12 + 2 + 1 rows (AVX-512) or 4 x 6 + 2 + 1
+    (23, 17, 9, (0.0, math.inf), 2),  # 12 + 8 + 2 + 1
+    (128, 48, 64, (-math.inf, math.inf), 1),  # BERT's rows: 10 x 12 + 8
 ])
 def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float], tasks: int) -> None:
     x = RNG.standard_normal((m, k), dtype=np.float32)
@@ -480,3 +485,52 @@ def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
             np.testing.assert_array_equal(got[k], want[k])
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
     assert kinds["maxpool 3x3"] == 4 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
+
+
+AVX2_SCRIPT = """
+import ctypes, json
+import numpy as np
+from metadef.codegen import native_gemm as g
+g.tile_lanes = lambda: 8  # before any routine is built: the tiles of a host without AVX-512
+from metadef.codegen.native import ENTRY, native_function
+rng = np.random.default_rng(3)
+def call(name, arrays, dims):
+    args = (ctypes.c_void_p * len(arrays))(*[None if a is None else a.ctypes.data for a in arrays])
+    ENTRY(native_function(name))(args, (ctypes.c_int64 * len(dims))(*dims))
+errors = {}
+for m, n, k in [(27, 40, 131), (8, 512, 78), (1, 17, 33)]:
+    x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    packed = g.pack_gemm_weights(w)
+    y = np.full((m, n), np.nan, np.float32)
+    call("md_gemm", [x, packed, np.zeros(packed.shape[0] * 16, np.float32), y], g.gemm_dims(m, n, k))
+    errors[f"gemm {m}x{n}x{k}"] = float(np.abs(y - x.astype(np.float64) @ w).max())
+for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
+    x, w = rng.standard_normal((1, cin, p), dtype=np.float32), rng.standard_normal((cout, cin), dtype=np.float32)
+    y = np.full((1, cout, p), np.nan, np.float32)
+    call("md_conv1x1", [x, g.pack_conv1x1_weights(w), np.zeros(cout, np.float32), None, y],
+         g.conv1x1_dims(1, cin, cout, p))
+    errors[f"conv1x1 {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1))
+    packed = g.pack_rows(w, 16)
+    y = np.full((1, cout, p), np.nan, np.float32)
+    call("md_conv1x1t", [xt, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
+         g.conv1x1t_dims(1, cin, cout, p))
+    errors[f"conv1x1t {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
+print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "errors": errors}))
+"""
+
+
+def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
+    """On a host without AVX-512 the tiles are 6 rows of two 256-bit halves: built here (in a
+    process of its own, with its own cache) by making the host's lanes 8, and checked."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "METADEF_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", AVX2_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1]
+    assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
+    assert len(got["errors"]) == 7
