@@ -2,7 +2,8 @@
 
 A float32 ``MatMul`` or ``Gemm`` (no ``transA``, ``alpha`` 1) whose weights are a constant matrix
 runs as one ``md_gemm`` call (:mod:`metadef.codegen.native_gemm`) when it measures faster than
-OpenBLAS on the binding's shapes: the weights packed once in 16-column panels, and the group's
+OpenBLAS on the binding's shapes: the weights packed once in panels of
+:func:`~metadef.codegen.native_gemm.gemm_panel` columns (32 with AVX-512, else 16), and the group's
 epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's ``C`` or an
 ``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
 Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
@@ -50,7 +51,7 @@ from metadef.backends.x86.native import (
     timed_call,
 )
 from metadef.codegen.native import native_function
-from metadef.codegen.native_gemm import NR, gemm_dims, pack_gemm_weights
+from metadef.codegen.native_gemm import gemm_dims, gemm_panel, pack_gemm_weights
 from metadef.format import release_mapped
 from metadef.ir import Node, Value
 
@@ -138,11 +139,11 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
             return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
         if not packed:  # packed for our kernel only once it has won
             packed.append(pack_gemm_weights(weight))
-            padded = np.zeros(packed[0].shape[0] * NR, np.float32)
+            padded = np.zeros(packed[0].shape[0] * packed[0].shape[2], np.float32)
             padded[:n] = bias
             packed.append(padded)
             release_mapped(weight)  # a weight mapped from a .mdef file: its pages leave the RSS
-        panels = -(-n // NR)
+        panels = -(-n // gemm_panel())
 
         def tasks(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or m * n * k < 1 << 18 or panels < count:
@@ -186,12 +187,13 @@ def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
     activation one more pass over the output, timed as a copy), measured once per shape, on
     weights of ones in either layout (so the loser's weights are never packed)."""
     key = _choice_key(m, n, k, bounds)
-    panels = -(-n // NR)
+    width = gemm_panel()
+    panels = -(-n // width)
     x = np.zeros((m, k), np.float32)
     y = np.empty((m, n), np.float32)
     z = np.empty((m, n), np.float32)
-    w, packed = np.ones((k, n), np.float32), np.ones((panels, k, NR), np.float32)
-    bias = np.ones(panels * NR, np.float32)
+    w, packed = np.ones((k, n), np.float32), np.ones((panels, k, width), np.float32)
+    bias = np.ones(panels * width, np.float32)
     own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
                                                   y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]))
     sgemm = timed_call(native_function("md_sgemm"), [x.ctypes.data, w.ctypes.data, y.ctypes.data,

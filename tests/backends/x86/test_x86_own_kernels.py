@@ -143,7 +143,7 @@ def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual:
     xt = np.full((n, p, cin), np.nan, np.float32)
     flat = np.full(n * cout * p + NR, np.nan, np.float32)  # NR floats more: they must stay untouched
     y = flat[:n * cout * p].reshape(n, cout, p)
-    packed = pack_gemm_weights(np.ascontiguousarray(w.T))
+    packed = pack_gemm_weights(np.ascontiguousarray(w.T), NR)  # (md_conv1x1t: 16-channel panels)
     _call("md_transpose", [x, xt], transpose_dims(n, cin, p))
     for t in range(tasks):
         _call("md_conv1x1t", [xt, packed, bias, res if residual else None, y],
@@ -266,12 +266,13 @@ def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPat
     (27, 40, 131, (-math.inf, math.inf), 1),  # 12 + 12 + 2 + 1 rows (AVX-512) or 4 x 6 + 2 + 1
     (23, 17, 9, (0.0, math.inf), 2),  # 12 + 8 + 2 + 1
     (128, 48, 64, (-math.inf, math.inf), 1),  # BERT's rows: 10 x 12 + 8
+    (13, 70, 20, (-1.0, 1.0), 2),  # a last panel of 6 (AVX-512: 32 + 32 + 6) or 6 (16 x 4 + 6) columns
 ])
 def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float], tasks: int) -> None:
     x = RNG.standard_normal((m, k), dtype=np.float32)
     w = RNG.standard_normal((k, n), dtype=np.float32)
     packed = pack_gemm_weights(w)
-    bias = np.zeros(packed.shape[0] * NR, np.float32)
+    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
     bias[:n] = RNG.standard_normal(n, dtype=np.float32)
     y = np.full((m, n), np.nan, np.float32)
     for t in range(tasks):
@@ -280,19 +281,20 @@ def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(768, 3072), (3, 20), (5, 37), (7, 16), (4, 9)])
+@pytest.mark.parametrize("shape", [(768, 3072), (3, 20), (5, 37), (7, 16), (4, 9), (6, 70)])
 @pytest.mark.parametrize("layout", ["c", "fortran", "transposed view", "column slice"])
-def test_gemm_weights_pack_into_zero_padded_16_column_panels(shape: tuple[int, int], layout: str) -> None:
+@pytest.mark.parametrize("width", [16, 32])
+def test_gemm_weights_pack_into_zero_padded_panels(shape: tuple[int, int], layout: str, width: int) -> None:
     k, n = shape
     base = RNG.standard_normal((k, n + 3), dtype=np.float32)
     w = {"c": np.ascontiguousarray(base[:, :n]), "fortran": np.asfortranarray(base[:, :n]),
          "transposed view": np.ascontiguousarray(base[:, :n].T).T, "column slice": base[:, :n]}[layout]
-    panels = -(-n // NR)
-    want = np.zeros((panels, k, NR), np.float32)
+    panels = -(-n // width)
+    want = np.zeros((panels, k, width), np.float32)
     for q in range(panels):
-        block = w[:, q * NR:(q + 1) * NR]
+        block = w[:, q * width:(q + 1) * width]
         want[q, :, :block.shape[1]] = block
-    np.testing.assert_array_equal(pack_gemm_weights(w), want)
+    np.testing.assert_array_equal(pack_gemm_weights(w, width), want)
 
 
 def _mlp() -> md.Graph:
@@ -502,7 +504,7 @@ for m, n, k in [(27, 40, 131), (8, 512, 78), (1, 17, 33)]:
     x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     packed = g.pack_gemm_weights(w)
     y = np.full((m, n), np.nan, np.float32)
-    call("md_gemm", [x, packed, np.zeros(packed.shape[0] * 16, np.float32), y], g.gemm_dims(m, n, k))
+    call("md_gemm", [x, packed, np.zeros(packed.shape[0] * packed.shape[2], np.float32), y], g.gemm_dims(m, n, k))
     errors[f"gemm {m}x{n}x{k}"] = float(np.abs(y - x.astype(np.float64) @ w).max())
 for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
     x, w = rng.standard_normal((1, cin, p), dtype=np.float32), rng.standard_normal((cout, cin), dtype=np.float32)
@@ -516,7 +518,7 @@ for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
     call("md_conv1x1t", [xt, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
          g.conv1x1t_dims(1, cin, cout, p))
     errors[f"conv1x1t {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
-print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "errors": errors}))
+print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "panel": g.gemm_panel(), "errors": errors}))
 """
 
 
@@ -531,6 +533,6 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     done = subprocess.run([sys.executable, "-c", AVX2_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1]
+    assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == 16
     assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
     assert len(got["errors"]) == 7
