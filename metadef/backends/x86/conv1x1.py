@@ -51,6 +51,7 @@ from metadef.codegen.native_gemm import (
     NR,
     conv1x1_dims,
     conv1x1_rows,
+    conv1x1_width,
     conv1x1t_dims,
     pack_conv1x1_weights,
     pack_rows,
@@ -178,8 +179,9 @@ class WeightProduct:
         one shared page, which would make every read a cache hit). ``bands``: the pixels of
         each band of columns ``md_conv1x1`` would take in turn (an im2col done in bands of
         output rows): it is timed that way, a band's columns in cache."""
-        if PREFER is not None:  # (md_conv1x1 needs a block of 16 pixels; md_conv1x1t a bias it can read)
-            possible = self.rows_possible if PREFER == OWN_T else p >= NR if PREFER in (OWN, OWN_C) else True
+        if PREFER is not None:  # (md_conv1x1 needs a block of pixels; md_conv1x1t a bias it can read)
+            own = p >= conv1x1_width()
+            possible = self.rows_possible if PREFER == OWN_T else own if PREFER in (OWN, OWN_C) else True
             return PREFER if possible else BLAS
         cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
         key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()))
@@ -245,7 +247,7 @@ class WeightProduct:
             base["y_stride"] = y_stride
         if kind in (OWN, OWN_C):
             order = int(kind == OWN_C)
-            outer = -(-cout // conv1x1_rows()) if order else -(-p // NR)
+            outer = -(-cout // conv1x1_rows()) if order else -(-p // conv1x1_width())
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
                 if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * outer < count:

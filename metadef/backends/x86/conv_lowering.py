@@ -41,7 +41,7 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
 from metadef.codegen.native_conv import winograd_plan
-from metadef.codegen.native_gemm import NR
+from metadef.codegen.native_gemm import conv1x1_width
 from metadef.format import release_mapped
 from metadef.ops.defs.nn_pool import window
 
@@ -316,11 +316,11 @@ def im2col_bands(depth: int, out_hw: tuple[int, int]) -> list[tuple[int, int]]:
         [(0, 14)]
     """
     oh, ow = out_hw
-    rows = max(1, BAND_BYTES // (4 * depth * ow), -(-NR // ow))
+    rows = max(1, BAND_BYTES // (4 * depth * ow), -(-conv1x1_width() // ow))
     if rows >= oh:
         return [(0, oh)]
     bands = [(y0, min(rows, oh - y0)) for y0 in range(0, oh, rows)]
-    if bands[-1][1] * ow < NR or bands[-1][1] < rows // 2:
+    if bands[-1][1] * ow < conv1x1_width() or bands[-1][1] < rows // 2:
         _, last = bands.pop()
         bands[-1] = (bands[-1][0], bands[-1][1] + last)
     return bands

@@ -19,6 +19,7 @@ from metadef.codegen.native_depthwise import depthwise_dims
 from metadef.codegen.native_gemm import (
     NR,
     conv1x1_dims,
+    conv1x1_width,
     conv1x1t_dims,
     gemm_dims,
     pack_conv1x1_weights,
@@ -40,10 +41,10 @@ def _call(routine: str, arrays: list[np.ndarray | None], dims: tuple[int, ...]) 
 @pytest.mark.parametrize(("n", "cin", "cout", "p", "residual", "bounds", "order", "tasks"), [
     (1, 16, 96, 300, False, (0.0, 6.0), 0, 1),
     (2, 5, 13, 49, True, (0.0, math.inf), 0, 1),
-    (1, 3, 7, 17, False, (-math.inf, math.inf), 1, 1),
+    (1, 3, 7, 37, False, (-math.inf, math.inf), 1, 1),
     (3, 24, 20, 100, True, (-0.5, 0.5), 1, 2),
     (2, 7, 11, 33, False, (-1.0, 1.0), 0, 3),
-    (1, 64, 6, 16, True, (-math.inf, math.inf), 0, 2),
+    (1, 64, 6, 32, True, (-math.inf, math.inf), 0, 2),  # one block (AVX-512), two (AVX2)
     (1, 33, 17, 40, True, (-math.inf, math.inf), 0, 1),  # panels of 8 or 6 channels, a last one of 1 or 5
     (2, 9, 25, 64, False, (0.0, math.inf), 1, 2),
 ])
@@ -110,7 +111,7 @@ def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
         bands = conv_lowering.im2col_bands(depth, out_hw)
         assert [y0 for y0, _ in bands] == list(np.cumsum([0] + [r for _, r in bands[:-1]]))
         assert sum(r for _, r in bands) == out_hw[0]
-        assert all(r * out_hw[1] >= NR for _, r in bands) or len(bands) == 1
+        assert all(r * out_hw[1] >= conv1x1_width() for _, r in bands) or len(bands) == 1
 
 
 @pytest.mark.parametrize(("n", "rows", "cols", "tasks"), [
@@ -157,10 +158,11 @@ def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual:
 
 
 def test_conv1x1_keeps_nan_through_its_bounds() -> None:
-    x = np.full((1, 2, NR), np.nan, np.float32)
-    y = np.zeros((1, 1, NR), np.float32)
+    p = conv1x1_width()  # (the kernel's block of pixels)
+    x = np.full((1, 2, p), np.nan, np.float32)
+    y = np.zeros((1, 1, p), np.float32)
     _call("md_conv1x1", [x, pack_conv1x1_weights(np.ones((1, 2), np.float32)), np.zeros(1, np.float32), None, y],
-          conv1x1_dims(1, 2, 1, NR, lo=0.0, hi=6.0))
+          conv1x1_dims(1, 2, 1, p, lo=0.0, hi=6.0))
     assert np.isnan(y).all()  # as numpy's clip and ONNX's Clip: NaN stays NaN
 
 
@@ -454,12 +456,15 @@ def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, bands: b
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
     own = sum(v for k, v in kinds.items() if k.startswith("conv2d own kernel"))
+    width = conv1x1_width()  # the kernel's block of pixels: 16 (AVX2) or 32 (AVX-512)
+    small = int(width <= 16)  # the 4x4 output: pixels as columns only where 16 pixels make a block
     if prefer == conv1x1.BLAS:
         assert own == 0 and kinds["conv2d sgemm"] == 3 * 5
-    elif bands:  # the 8x8 outputs in bands of 2 rows, the 4x4 in one of 4 (16 pixels: the kernel's block)
-        assert own == kinds["conv2d im2col"] - 3 == 3 * (4 + 4 + 1 + 4)
+    elif bands:  # the 8x8 outputs in bands of a block's rows (2 or 4), the 4x4 in one where it fits a block
+        band_rows = -(-width // 8)
+        assert own == kinds["conv2d im2col"] - 3 * (2 - small) == 3 * (3 * (8 // band_rows) + small)
     else:  # pixels as columns: not the 9-pixel conv, which takes sgemm
-        assert own == 3 * (5 if prefer == conv1x1.OWN_T else 4)
+        assert own == 3 * (5 if prefer == conv1x1.OWN_T else 3 + small)
         assert kinds["conv2d im2col"] == 3 * 5
         assert "epilogue" not in kinds  # Relu, and the residual add with its Clip, went into the stores
         if prefer == conv1x1.OWN_T:
@@ -518,7 +523,8 @@ for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
     call("md_conv1x1t", [xt, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
          g.conv1x1t_dims(1, cin, cout, p))
     errors[f"conv1x1t {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
-print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "panel": g.gemm_panel(), "errors": errors}))
+print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "panel": g.gemm_panel(),
+                  "width": g.conv1x1_width(), "errors": errors}))
 """
 
 
@@ -533,6 +539,6 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     done = subprocess.run([sys.executable, "-c", AVX2_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == 16
+    assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == got["width"] == 16
     assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
     assert len(got["errors"]) == 7
