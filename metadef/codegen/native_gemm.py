@@ -93,9 +93,9 @@ of a wider output (an im2col of some output rows), whose image ``cout * ys`` flo
 
 CONV1X1T_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "task", "tasks")
 """The dims of ``md_conv1x1t``: args are ``[xt [n, p, cin] (the input transposed, see
-md_transpose), packed weights (pack_gemm_weights(Wᵀ)), bias [ceil(cout/16)*16], residual or
-null, y [n, cout, p]]``; task ``task`` of ``tasks`` takes its share of the (image, 16-channel
-panel) units."""
+md_transpose), packed weights (pack_gemm_weights(Wᵀ): panels of ``w`` = :func:`gemm_panel`
+channels), bias [ceil(cout/w)*w], residual or null, y [n, cout, p]]``; task ``task`` of
+``tasks`` takes its share of the (image, panel) units."""
 
 
 
@@ -297,7 +297,7 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
     betas = [b.load(_elem(b, bias, I64(lanes * h)), typ=vector, align=4) for h in range(per)] if column_bias else None
     if transposed:
         assert betas is not None
-        rows_out = [_halves(b, [b.fadd(final[r][h], betas[h]) for h in range(per)]) for r in range(mr)]
+        rows_out = [_eighths(b, [b.fadd(final[r][h], betas[h]) for h in range(per)]) for r in range(mr)]
         _store_columns(module, b, rows_out, y, y_row, res, with_res, rows, cols, (_splat(b, lo), _splat(b, hi)))
         b.ret_void()
         return fn
@@ -335,12 +335,12 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
     return fn
 
 
-def _halves(b: ir.IRBuilder, row: list[ir.Value]) -> list[ir.Value]:
-    """A tile row as two 8-float vectors, whatever its vectors' width."""
-    if len(row) == 2:
-        return row
+def _eighths(b: ir.IRBuilder, row: list[ir.Value]) -> list[ir.Value]:
+    """A tile row as 8-float vectors, whatever its vectors' width."""
     lanes = ir.VectorType(I32, 8)
-    return [b.shuffle_vector(row[0], row[0], ir.Constant(lanes, list(range(8 * h, 8 * h + 8)))) for h in range(2)]
+    return [piece for v in row for piece in (
+        [v] if v.type.count == 8 else
+        [b.shuffle_vector(v, v, ir.Constant(lanes, list(range(8 * h, 8 * h + 8)))) for h in range(v.type.count // 8)])]
 
 
 AHEAD = 4
@@ -365,7 +365,7 @@ def _prefetch_block(module: ir.Module, b: ir.IRBuilder, y: ir.Value, y_row: ir.V
     fn = module.globals.get("llvm.prefetch.p0") or ir.Function(
         module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), "llvm.prefetch.p0")
     source = b.select(b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0)), res, y)
-    lines = [(c, 0) for c in range(NR)] + [(c, mr - 1) for c in range(NR)] if transposed else \
+    lines = [(c, 0) for c in range(width)] + [(c, mr - 1) for c in range(width)] if transposed else \
         [(r, e) for r in range(mr) for e in (*range(0, width, NR), width - 1)]
     for line, within in lines:
         at = b.add(b.mul(I64(line), y_row), I64(within))
@@ -376,7 +376,7 @@ def _prefetch_block(module: ir.Module, b: ir.IRBuilder, y: ir.Value, y_row: ir.V
 def _store_columns(module: ir.Module, b: ir.IRBuilder, out: list[list[ir.Value]], y: ir.Value, y_col: ir.Value,
                    res: ir.Value, with_res: ir.Value, rows: ir.Value, cols: ir.Value,
                    bounds: tuple[ir.Value, ir.Value]) -> None:
-    """A transposed tile (``out``: its rows, 16 columns each, bias added) to ``y``, element
+    """A transposed tile (``out``: its rows, 8-float pieces of its columns, bias added) to ``y``, element
     ``(r, c)`` at ``c*y_col + r``: each half of 8 columns transposed in registers, then one
     masked store of a column's ``rows`` elements per column below ``cols`` (the residual read
     through the same mask and added first, when ``with_res``). No branches: code that LLVM
@@ -389,7 +389,7 @@ def _store_columns(module: ir.Module, b: ir.IRBuilder, out: list[list[ir.Value]]
     zero = ir.Constant(V8, [0.0] * 8)
     lanes = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, 8), list(range(8))), _splat(b, rows))
     source = b.select(with_res, res, y)  # (y itself when there is no residual: a valid read, then dropped)
-    for h in range(2):
+    for h in range(len(out[0])):
         columns = _transpose8(b, [out[r][h] if r < len(out) else zero for r in range(8)])
         for j, column in enumerate(columns):
             c = 8 * h + j
@@ -412,36 +412,38 @@ def _pointwise_entry(module: ir.Module, name: str, dim_names: tuple[str, ...]
 
 def _conv1x1t(module: ir.Module) -> None:
     """``md_conv1x1t``: a pointwise conv with the pixels as the tile's rows (see
-    :data:`CONV1X1T_DIMS`): each 16-channel panel of the packed weights stays in cache while
-    the image's pixels pass in tiles of :func:`conv1x1_rows`, the last few one by one, each row
-    a pixel of the transposed input (read along the channels: 6 or 8 streams, a new cache line
-    every 16 steps; reading the NCHW input in place would take a new line every step, measured
-    up to 1.6x slower), and
-    the tile is stored column by column into the NCHW output. No pixel is computed twice, so a
+    :data:`CONV1X1T_DIMS`): each panel of :func:`gemm_panel` channels (32 with AVX-512: two
+    512-bit registers a pixel) of the packed weights stays in cache while the image's pixels
+    pass in tiles of :func:`conv1x1_rows`, the last few one by one, each row a pixel of the
+    transposed input (read along the channels: 6 or 8 streams, a new cache line every 16
+    steps; reading the NCHW input in place would take a new line every step, measured up to
+    1.6x slower), and the tile is stored column by column into the NCHW output. No pixel is computed twice, so a
     7x7 image (49 pixels) costs 49 rows where ``md_conv1x1`` computes 64."""
     # (two tiles: a tile's transposed store doubles its code, and LLVM's time with it; the
     # last few rows go one at a time, through the single row's four chains of FMAs)
     top = conv1x1_rows()
-    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True) for mr in (top, 1)}
+    pw = gemm_panel()
+    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True, width=pw)
+             for mr in (top, 1)}
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1t", CONV1X1T_DIMS)
     p, cin, cout = d["p"], d["cin"], d["cout"]
-    panels = b.sdiv(b.add(cout, I64(NR - 1)), I64(NR))
+    panels = b.sdiv(b.add(cout, I64(pw - 1)), I64(pw))
     units = b.mul(d["n"], panels)
     first, last = _share(b, units, d)
     null = ir.Constant(PTR, None)
 
     def unit(u: ir.Value) -> None:
         image, q = b.sdiv(u, panels), b.srem(u, panels)
-        c0 = b.mul(q, I64(NR))
+        c0 = b.mul(q, I64(pw))
         cols = b.sub(cout, c0)
-        cols = b.select(b.icmp_signed(">", cols, I64(NR)), I64(NR), cols)
+        cols = b.select(b.icmp_signed(">", cols, I64(pw)), I64(pw), cols)
         xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
         yi = b.add(b.mul(image, b.mul(cout, p)), b.mul(c0, p))
-        wq = _elem(b, w, b.mul(q, b.mul(cin, I64(NR))))
+        wq = _elem(b, w, b.mul(q, b.mul(cin, I64(pw))))
 
         def rows_from(r0: ir.Value, mr: int) -> None:
             at = b.add(yi, r0)
-            b.call(tiles[mr], [wq, I64(NR), _elem(b, xi, b.mul(r0, cin)), cin, I64(1), cin, _elem(b, y, at), p,
+            b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, cin)), cin, I64(1), cin, _elem(b, y, at), p,
                                b.select(has_res, _elem(b, res, at), null), _elem(b, bias, c0), I64(mr), cols, lo, hi])
 
         full = b.sdiv(p, I64(top))

@@ -48,11 +48,11 @@ from metadef.backends.x86.native import (
 from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import depthwise_dims, stack_floats
 from metadef.codegen.native_gemm import (
-    NR,
     conv1x1_dims,
     conv1x1_rows,
     conv1x1_width,
     conv1x1t_dims,
+    gemm_panel,
     pack_conv1x1_weights,
     pack_rows,
     transpose_dims,
@@ -154,9 +154,9 @@ class WeightProduct:
         self.cout, self.depth = self.weight.shape
         self.bias, self.bias_arg, self.residual, self.bounds = bias, bias_arg, residual, bounds
         self._packed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        # md_conv1x1t reads the bias 16 channels at a time: a bias read through its argument
-        # must span whole panels, else the padded copy of a constant bias is read
-        self.rows_possible = bias_arg is NULL or self.cout % NR == 0 or bias is not None
+        # md_conv1x1t reads the bias a panel of channels at a time: a bias read through its
+        # argument must span whole panels, else the padded copy of a constant bias is read
+        self.rows_possible = bias_arg is NULL or self.cout % gemm_panel() == 0 or bias is not None
 
     def packed(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The weights in the layout of ``kind`` and a bias to read (zeros, or the padded bias)."""
@@ -165,8 +165,8 @@ class WeightProduct:
             if kind == OWN:
                 self._packed[kind] = (pack_conv1x1_weights(self.weight), np.zeros(self.cout, np.float32))
             else:
-                w = pack_rows(self.weight, NR)  # = pack_gemm_weights(Wᵀ), without a transposed copy
-                b = np.zeros(w.shape[0] * NR, np.float32)
+                w = pack_rows(self.weight, gemm_panel())  # = pack_gemm_weights(Wᵀ), without a transposed copy
+                b = np.zeros(w.shape[0] * w.shape[2], np.float32)
                 if self.bias is not None and self.bias_arg is not NULL:
                     b[:self.cout] = np.asarray(self.bias, np.float32).reshape(-1)
                 self._packed[kind] = (w, b)
@@ -195,7 +195,8 @@ class WeightProduct:
         xt = np.ones((p, depth), np.float32)
         y = np.ones((cout, p), np.float32)
         res = np.ones((cout, p), np.float32)
-        bias = np.ones(-(-cout // NR) * NR, np.float32)
+        width = gemm_panel()
+        bias = np.ones(-(-cout // width) * width, np.float32)
         res_address = res.ctypes.data if self.residual else 0
         candidates: dict[str, Any] = {}
         w = np.ones_like(self.weight)
@@ -218,7 +219,7 @@ class WeightProduct:
                     at += width
                 candidates[kind] = parts[0] if len(parts) == 1 else lambda parts=parts: [part() for part in parts]
         if self.rows_possible:
-            panels = np.ones((-(-cout // NR), depth, NR), np.float32)
+            panels = np.ones((-(-cout // width), depth, width), np.float32)
             flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
                               transpose_dims(1, depth, p))
             rows = timed_call(native_function("md_conv1x1t"), [
@@ -237,7 +238,7 @@ class WeightProduct:
         lo, hi = self.bounds
         cout, depth = self.cout, self.depth
         packed, zeros = self.packed(kind)
-        bias = self.bias_arg if self.bias_arg is not NULL and (kind != OWN_T or cout % NR == 0) \
+        bias = self.bias_arg if self.bias_arg is not NULL and (kind != OWN_T or cout % gemm_panel() == 0) \
             else Arg("addr", zeros.ctypes.data)
         res = residual if residual is not None else NULL
         base = {"residual": residual is not None, "lo": lo, "hi": hi}
@@ -264,7 +265,7 @@ class WeightProduct:
             return [transpose_dims(n, depth, p, t, count) for t in range(count)]
 
         def row_tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * -(-cout // NR) < count:
+            if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * -(-cout // gemm_panel()) < count:
                 return None
             return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count) for t in range(count)]
 

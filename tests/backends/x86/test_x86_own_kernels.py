@@ -22,6 +22,7 @@ from metadef.codegen.native_gemm import (
     conv1x1_width,
     conv1x1t_dims,
     gemm_dims,
+    gemm_panel,
     pack_conv1x1_weights,
     pack_gemm_weights,
     transpose_dims,
@@ -134,17 +135,18 @@ def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int) -> No
 ])
 def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual: bool,
                                   bounds: tuple[float, float], tasks: int) -> None:
-    """Pixels as the tile's rows: the input transposed first, every tail of rows (4, 2, 1) and
-    of channels (a last panel narrower than 16) written exactly once, nothing past them."""
+    """Pixels as the tile's rows: the input transposed first, every tail of rows and of
+    channels (a last panel narrower than the panel) written exactly once, nothing past them."""
     x = RNG.standard_normal((n, cin, p), dtype=np.float32)
     w = RNG.standard_normal((cout, cin), dtype=np.float32)
-    bias = np.zeros(-(-cout // NR) * NR, np.float32)
+    width = gemm_panel()  # md_conv1x1t's panels of channels: 16 (AVX2) or 32 (AVX-512)
+    bias = np.zeros(-(-cout // width) * width, np.float32)
     bias[:cout] = RNG.standard_normal(cout, dtype=np.float32)
     res = RNG.standard_normal((n, cout, p), dtype=np.float32)
     xt = np.full((n, p, cin), np.nan, np.float32)
     flat = np.full(n * cout * p + NR, np.nan, np.float32)  # NR floats more: they must stay untouched
     y = flat[:n * cout * p].reshape(n, cout, p)
-    packed = pack_gemm_weights(np.ascontiguousarray(w.T), NR)  # (md_conv1x1t: 16-channel panels)
+    packed = pack_gemm_weights(np.ascontiguousarray(w.T), width)
     _call("md_transpose", [x, xt], transpose_dims(n, cin, p))
     for t in range(tasks):
         _call("md_conv1x1t", [xt, packed, bias, res if residual else None, y],
@@ -518,7 +520,7 @@ for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
          g.conv1x1_dims(1, cin, cout, p))
     errors[f"conv1x1 {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
     xt = np.ascontiguousarray(x.transpose(0, 2, 1))
-    packed = g.pack_rows(w, 16)
+    packed = g.pack_rows(w, g.gemm_panel())
     y = np.full((1, cout, p), np.nan, np.float32)
     call("md_conv1x1t", [xt, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
          g.conv1x1t_dims(1, cin, cout, p))
