@@ -21,6 +21,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_transpose``: each image's ``[rows, cols]`` matrix transposed, 8 x 8 blocks in registers.
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
+- ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
+  same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`).
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
@@ -56,6 +58,7 @@ from llvmlite import ir
 
 from metadef.codegen.jit import compile_ir, load_object, object_code
 from metadef.codegen.kernel import KernelCode, current_store, load_or_claim, release
+from metadef.codegen.native_bmm import BMM_DIMS, _bmm
 from metadef.codegen.native_conv import (
     COL2IM_DIMS,
     CONV2D_DIMS,
@@ -336,12 +339,13 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_conv1x1t": _conv1x1t,
     "md_transpose": _transpose,
     "md_gemm": _gemm,
+    "md_bmm": _bmm,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_depthwise", "md_maxpool3x3"})
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", "md_depthwise", "md_maxpool3x3"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
@@ -420,7 +424,7 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     return addresses
 
 
-__all__ = ["COL2IM_DIMS", "CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY", "FILL_DIMS",
-           "GATHER_DIMS", "GATHER_PLANES_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL", "POOL_WORDS",
-           "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS", "native_function",
-           "native_module", "winograd_workspace"]
+__all__ = ["BMM_DIMS", "COL2IM_DIMS", "CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY",
+           "FILL_DIMS", "GATHER_DIMS", "GATHER_PLANES_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL",
+           "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS",
+           "native_function", "native_module", "winograd_workspace"]

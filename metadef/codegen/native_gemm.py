@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -584,6 +585,22 @@ def _conv1x1(module: ir.Module) -> None:
     b.ret_void()
 
 
+def _row_tiles(b: ir.IRBuilder, m: ir.Value, sizes: tuple[int, ...],
+               rows_from: Callable[[ir.Value, int], None]) -> None:
+    """``rows_from(r0, mr)`` over rows ``[0, m)``: tiles of ``sizes[0]`` rows, then the last
+    rows (fewer) by the smaller tiles, each at most once (``sizes`` halve down to 1)."""
+    top = sizes[0]
+    full = b.sdiv(m, I64(top))
+    _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(top)), top))
+    r0 = b.mul(full, I64(top))
+    rest = b.sub(m, r0)
+    for mr in sizes[1:]:
+        with b.if_then(b.icmp_signed(">=", rest, I64(mr))):
+            rows_from(r0, mr)
+        taken = b.select(b.icmp_signed(">=", rest, I64(mr)), I64(mr), I64(0))
+        r0, rest = b.add(r0, taken), b.sub(rest, taken)
+
+
 def gemm_panel() -> int:
     """The columns of ``md_gemm``'s weight panels (and tile) on this host: 32 with AVX-512
     (a tile row is two 512-bit registers: 12 rows make 24 accumulators, two FMAs per
@@ -667,17 +684,7 @@ def _gemm(module: ir.Module) -> None:
                                _elem(b, y, b.add(b.mul(r0, n), j0)), n, null, _elem(b, bias, j0), I64(mr), cols,
                                lo, hi])
 
-        top = sizes[0]
-        full = b.sdiv(m, I64(top))
-        _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(top)), top))
-        # the last rows (fewer than the largest tile's) by the smaller tiles
-        r0 = b.mul(full, I64(top))
-        rest = b.sub(m, r0)
-        for mr in sizes[1:]:
-            with b.if_then(b.icmp_signed(">=", rest, I64(mr))):
-                rows_from(r0, mr)
-            taken = b.select(b.icmp_signed(">=", rest, I64(mr)), I64(mr), I64(0))
-            r0, rest = b.add(r0, taken), b.sub(rest, taken)
+        _row_tiles(b, m, sizes, rows_from)
 
     _loop(b, first, last, panel)
     b.ret_void()

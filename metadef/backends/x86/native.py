@@ -43,6 +43,7 @@ from metadef.codegen.native import (
     SGEMM_DIMS,
     native_function,
 )
+from metadef.codegen.native_bmm import BMM_STACK_FLOATS, bmm_dims, bmm_packed_floats
 from metadef.core.errors import MetadefError
 
 log = logging.getLogger("metadef.backends.x86")
@@ -415,9 +416,11 @@ def timed_call(address: int, pointers: Sequence[int], dims: Sequence[int]) -> Ca
 
 def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
                        softmax: Any) -> Lowering:
-    """``softmax(scale * Q Kᵀ + mask) V`` as a batched sgemm into a scratch ``S``, the generated
-    ``softmax`` kernel (its inputs: ``S`` and, when present, the mask; the mask add fused) into
-    a scratch ``P``, and a batched sgemm ``P V`` into the output."""
+    """``softmax(scale * Q Kᵀ + mask) V`` as a batched product into a scratch ``S``, the
+    generated ``softmax`` kernel (its inputs: ``S`` and, when present, the mask; the mask add
+    fused) into a scratch ``P``, and a batched product ``P V`` into the output. The products
+    are ``md_bmm`` (our micro-kernel, each head's second operand packed on the stack) or
+    OpenBLAS's batched sgemm, whichever measures faster on the shapes (:func:`attention_products`)."""
     scale = float(attrs["scale"])
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
@@ -436,20 +439,73 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
             dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
         except MetadefError as e:
             return f"the softmax kernel does not take these shapes ({e})"
-        gemm, gemv = _blas(), _blas("sgemv")
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
-        calls = (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d, "attention scores",
-                            trans_b=True, strides=(m * d, n * d, m * n), alpha=scale),
-                 Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
-                                        *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
-                      tuple(dims), "attention softmax",
-                      kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores])),
-                 sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
-                            strides=(m * n, n * dv, m * dv)))
+        products = attention_products(batch, m, n, d, dv, scale)
+        soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
+                                      *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
+                    tuple(dims), "attention softmax",
+                    kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores]))
+        if products == OWN_PRODUCTS:
+            calls = (bmm_call((sources[0], sources[1], s_arg), batch, m, n, d, "attention scores own kernel",
+                              trans_b=True, alpha=scale),
+                     soft,
+                     bmm_call((p_arg, sources[2], out), batch, m, dv, n, "attention values own kernel"))
+        else:
+            gemm, gemv = _blas(), _blas("sgemv")
+            calls = (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d,
+                                "attention scores", trans_b=True, strides=(m * d, n * d, m * n), alpha=scale),
+                     soft,
+                     sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
+                                strides=(m * n, n * dv, m * dv)))
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
 
-    return needing(lower, "md_sgemm")
+    return needing(lower, "md_sgemm", "md_bmm")
+
+
+OWN_PRODUCTS = "own micro-kernel (md_bmm)"
+
+
+def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
+    """One ``md_bmm`` call (``options``: ``trans_b``, ``alpha``) that splits across the worker
+    pool by batch items.
+
+    Example:
+        >>> call = bmm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 12, 128, 128, 64, "scores")
+        >>> [dims[-2:] for dims in call.tasks(2)]
+        [(0, 2), (1, 2)]
+    """
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or batch < count or batch * m * n * k < PARALLEL_FLOPS:
+            return None
+        return [bmm_dims(batch, m, n, k, **options, task=t, tasks=count) for t in range(count)]
+
+    return Call(native_function("md_bmm"), args, bmm_dims(batch, m, n, k, **options), what, tasks)
+
+
+def attention_products(batch: int, m: int, n: int, d: int, dv: int, scale: float) -> str:
+    """:data:`OWN_PRODUCTS` or ``"sgemm"`` for attention's two products on these shapes:
+    measured once (:func:`measured_choice`) where each head's packed operands fit
+    ``md_bmm``'s stack buffer, else OpenBLAS."""
+    names = (OWN_PRODUCTS, "sgemm")
+    if max(bmm_packed_floats(n, d), bmm_packed_floats(dv, n)) > BMM_STACK_FLOATS:
+        return "sgemm"
+    key = ("attention products", batch, m, n, d, dv)
+    known = known_choice(key, names)
+    if known is not None:
+        return known
+    q, k, v = (np.ones((batch, rows, cols), np.float32) for rows, cols in ((m, d), (n, d), (n, dv)))
+    s, out = np.empty((batch, m, n), np.float32), np.empty((batch, m, dv), np.float32)
+    bmm, sgemm = native_function("md_bmm"), native_function("md_sgemm")
+    gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
+    own = (timed_call(bmm, [q.ctypes.data, k.ctypes.data, s.ctypes.data], bmm_dims(batch, m, n, d, trans_b=True)),
+           timed_call(bmm, [s.ctypes.data, v.ctypes.data, out.ctypes.data], bmm_dims(batch, m, dv, n)))
+    library = (timed_call(sgemm, [q.ctypes.data, k.ctypes.data, s.ctypes.data, gemm, 0, gemv],
+                          sgemm_dims(batch, m, n, d, trans_b=True, strides=(m * d, n * d, m * n))),
+               timed_call(sgemm, [s.ctypes.data, v.ctypes.data, out.ctypes.data, gemm, 0, gemv],
+                          sgemm_dims(batch, m, dv, n, strides=(m * n, n * dv, m * dv))))
+    return measured_choice(key, {OWN_PRODUCTS: lambda: [c() for c in own],
+                                 "sgemm": lambda: [c() for c in library]})[0]
 
 
 def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) -> Lowering:
@@ -471,6 +527,7 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
     return lower
 
 
-__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering",
+__all__ = ["ALIAS", "OWN_PRODUCTS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering",
+           "attention_products", "bmm_call",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
            "known_choice", "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]

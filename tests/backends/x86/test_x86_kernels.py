@@ -227,3 +227,33 @@ def test_threads_set_the_blas_thread_count() -> None:
         X86Backend().compile(md.import_onnx(md.zoo.build("mlp")), threads=0)
     with pytest.raises(BackendError, match="only threads"):
         X86Backend().compile(md.import_onnx(md.zoo.build("mlp")), arena=True)
+
+
+@pytest.mark.parametrize("products", ["own micro-kernel (md_bmm)", "sgemm"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_products_by_our_kernel_or_sgemm_match_reference(products: str, threads: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attention's two products through md_bmm (each head's Kᵀ and V packed, the scale in the
+    packing; a last panel narrower than the kernel's) or OpenBLAS, with a mask, on 1 and 2
+    threads: the reference's answers and the chosen calls."""
+    from metadef.backends.x86 import native
+    monkeypatch.setattr(native, "attention_products", lambda *args: products)
+    bld = GraphBuilder("attn")
+    q = bld.input("q", parse_type("f32[b,3,s,20]"))
+    k = bld.input("k", parse_type("f32[b,3,t,20]"))
+    v = bld.input("v", parse_type("f32[b,3,t,9]"))
+    mask = bld.input("mask", parse_type("f32[b,1,1,t]"))
+    y, = bld.node("Attention", [q, k, v, mask], {"scale": 0.25}, name="/attn", domain="ai.metadef")
+    bld.output(y)
+    g = bld.build()
+    sess = md.compile(g, target="x86", threads=threads, cache=False)
+    ref = md.compile(g, target="reference")
+    for b, s, t in ((2, 37, 41), (1, 5, 70)):
+        feeds = {"q": _rand(b, 3, s, 20), "k": _rand(b, 3, t, 20), "v": _rand(b, 3, t, 9),
+                 "mask": np.where(RNG.random((b, 1, 1, t)) < 0.3, -1e4, 0).astype(np.float32)}
+        np.testing.assert_allclose(sess.run(feeds)[y.name],
+                                   ref.run(feeds)[y.name], rtol=1e-4, atol=1e-5)
+    kinds = sess.executable.programs.bound({"b": 1, "s": 5, "t": 70}).call_kinds
+    own = products.startswith("own")
+    assert kinds["attention scores own kernel" if own else "attention scores"] == 1
+    assert kinds["attention values own kernel" if own else "attention values"] == 1

@@ -15,6 +15,7 @@ import pytest
 import metadef as md
 from metadef.backends.x86 import conv1x1, conv_lowering
 from metadef.codegen.native import ENTRY, IM2COL_DIMS, native_function
+from metadef.codegen.native_bmm import bmm_dims
 from metadef.codegen.native_depthwise import depthwise_dims
 from metadef.codegen.native_gemm import (
     NR,
@@ -285,6 +286,25 @@ def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("batch", "m", "n", "k", "trans_b", "shared_b", "tasks"), [
+    (3, 13, 70, 9, False, False, 1),  # a last panel of 6 columns, rows 12 + 1
+    (2, 5, 33, 7, True, False, 2),  # k not a multiple of 8: the transposed pack's last steps
+    (4, 27, 64, 24, True, True, 3),  # one b for every item (stride 0)
+    (1, 1, 1, 1, False, False, 1),
+])
+def test_bmm_matches_float64(batch: int, m: int, n: int, k: int, trans_b: bool, shared_b: bool, tasks: int) -> None:
+    a = RNG.standard_normal((batch, m, k), dtype=np.float32)
+    b = RNG.standard_normal((1 if shared_b else batch, *((n, k) if trans_b else (k, n))), dtype=np.float32)
+    flat = np.full(batch * m * n + 40, np.nan, np.float32)  # 40 floats more: they must stay untouched
+    y = flat[:batch * m * n].reshape(batch, m, n)
+    for t in range(tasks):
+        _call("md_bmm", [a, b, y], bmm_dims(batch, m, n, k, trans_b=trans_b, alpha=0.5,
+                                            strides=(m * k, 0 if shared_b else n * k, m * n), task=t, tasks=tasks))
+    bt = b.transpose(0, 2, 1) if trans_b else b
+    np.testing.assert_allclose(y, 0.5 * (a.astype(np.float64) @ bt), rtol=1e-5, atol=1e-5)
+    assert np.isnan(flat[batch * m * n:]).all()
+
+
 @pytest.mark.parametrize("shape", [(768, 3072), (3, 20), (5, 37), (7, 16), (4, 9), (6, 70)])
 @pytest.mark.parametrize("layout", ["c", "fortran", "transposed view", "column slice"])
 @pytest.mark.parametrize("width", [16, 32])
@@ -525,6 +545,13 @@ for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
     call("md_conv1x1t", [xt, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
          g.conv1x1t_dims(1, cin, cout, p))
     errors[f"conv1x1t {cin}->{cout}@{p}"] = float(np.abs(y[0] - w.astype(np.float64) @ x[0]).max())
+from metadef.codegen.native_bmm import bmm_dims
+for trans in (False, True):
+    a, b = rng.standard_normal((2, 13, 9), dtype=np.float32), rng.standard_normal((2, 9, 37), dtype=np.float32)
+    y = np.full((2, 13, 37), np.nan, np.float32)
+    call("md_bmm", [a, np.ascontiguousarray(b.transpose(0, 2, 1)) if trans else b, y],
+         bmm_dims(2, 13, 37, 9, trans_b=trans))
+    errors[f"bmm trans_b={trans}"] = float(np.abs(y - a.astype(np.float64) @ b).max())
 print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "panel": g.gemm_panel(),
                   "width": g.conv1x1_width(), "errors": errors}))
 """
@@ -543,4 +570,4 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == got["width"] == 16
     assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
-    assert len(got["errors"]) == 7
+    assert len(got["errors"]) == 9

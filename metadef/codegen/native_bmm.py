@@ -1,0 +1,184 @@
+"""A batched product of two activations by our micro-kernel: ``md_bmm`` (attention's
+``Q Kᵀ`` and ``P V``).
+
+For each batch item ``i``::
+
+    y[i] = alpha * a[i] @ b[i]          (b[i] read as [k, n], or with trans_b as [n, k])
+
+Unlike ``md_gemm``, whose weights are packed once, ``b`` changes every run: each item's ``b``
+is packed here, scaled by ``alpha``, into the panels :func:`~.native_gemm.gemm_panel` columns
+wide that ``md_gemm``'s tile reads (``[ceil(n/width), k, width]``, zero-padded), in a buffer
+on the thread's stack (at most :data:`BMM_STACK_FLOATS`; the lowering checks the size), then
+the rows of ``a`` pass in tiles of :func:`~.native_gemm.gemm_row_tiles` rows. BERT's heads
+(a 128 x 64 by 64 x 128 product, and 128 x 128 by 128 x 64) pack 8 K floats each, which
+costs little next to their 1-2 MFLOP; OpenBLAS packs as much, and its kernels are the AVX2 ones
+where ``OPENBLAS_CORETYPE`` holds it to Haswell. Task ``task`` of ``tasks`` takes its share
+of the batch items.
+
+Example:
+    >>> import ctypes, numpy as np
+    >>> from metadef.codegen.native import ENTRY, native_function
+    >>> a = np.arange(6, dtype=np.float32).reshape(1, 2, 3); b = np.ones((1, 4, 3), np.float32)
+    >>> y = np.empty((1, 2, 4), np.float32)
+    >>> args = (ctypes.c_void_p * 3)(a.ctypes.data, b.ctypes.data, y.ctypes.data)
+    >>> dims = bmm_dims(1, 2, 4, 3, trans_b=True, alpha=0.5)
+    >>> ENTRY(native_function("md_bmm"))(args, (ctypes.c_int64 * len(dims))(*dims))
+    >>> y[0].tolist()
+    [[1.5, 1.5, 1.5, 1.5], [6.0, 6.0, 6.0, 6.0]]
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from llvmlite import ir
+
+from metadef.codegen.native_gemm import _row_tiles, _tile, _transpose8, gemm_panel, gemm_row_tiles
+from metadef.codegen.native_ir import F32, I64, PTR, V8, _arg, _define, _elem, _float_bits, _loop, _share, _smin, _splat
+
+BMM_DIMS = ("batch", "m", "n", "k", "trans_b", "alpha", "a_batch", "b_batch", "y_batch", "task", "tasks")
+"""The dims of ``md_bmm``: args are ``[a [batch, m, k], b [batch, k, n] (trans_b: [batch, n,
+k]), y [batch, m, n]]``; ``alpha``: float32 bits; ``*_batch``: the floats from one batch item
+to the next (0: the same matrix for every item)."""
+
+BMM_STACK_FLOATS = 1 << 15
+"""The most floats of packed ``b`` one batch item may take (128 KB on the thread's stack):
+``ceil(n / width) * width * k``, see :func:`bmm_packed_floats`."""
+
+
+def bmm_packed_floats(n: int, k: int) -> int:
+    """The floats ``md_bmm`` packs one item's ``b [k, n]`` into.
+
+    Example:
+        >>> bmm_packed_floats(128, 64) <= BMM_STACK_FLOATS
+        True
+    """
+    width = gemm_panel()
+    return -(-n // width) * width * k
+
+
+def bmm_dims(batch: int, m: int, n: int, k: int, *, trans_b: bool = False, alpha: float = 1.0,
+             strides: tuple[int, int, int] | None = None, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_bmm`` call (see :data:`BMM_DIMS`); ``strides``: the floats between
+    batch items of ``a``, ``b`` and ``y`` (default: the items packed one after another).
+
+    Example:
+        >>> bmm_dims(12, 128, 128, 64, trans_b=True)[:5]
+        (12, 128, 128, 64, 1)
+    """
+    a_batch, b_batch, y_batch = strides or (m * k, k * n, m * n)
+    alpha_bits = struct.unpack("<I", struct.pack("<f", alpha))[0]
+    values = {"batch": batch, "m": m, "n": n, "k": k, "trans_b": int(trans_b), "alpha": alpha_bits,
+              "a_batch": a_batch, "b_batch": b_batch, "y_batch": y_batch, "task": task, "tasks": tasks}
+    return tuple(values[d] for d in BMM_DIMS)
+
+
+def _bmm(module: ir.Module) -> None:
+    width, sizes = gemm_panel(), gemm_row_tiles()
+    tiles = {mr: _tile(module, f"md_bmm_tile{mr}", mr, column_bias=True, width=width) for mr in sizes}
+    b, args, dims = _define(module, "md_bmm")
+    a, bm, y = (_arg(b, args, i, PTR) for i in range(3))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(BMM_DIMS)}
+    m, n, k, alpha = d["m"], d["n"], d["k"], _float_bits(b, d["alpha"])
+    transposed = b.icmp_signed("!=", d["trans_b"], I64(0))
+    buffer = b.alloca(F32, size=I64(BMM_STACK_FLOATS))
+    buffer.align = 64
+    packed = b.bitcast(buffer, PTR)
+    zeros = b.alloca(ir.ArrayType(F32, width))
+    b.store(ir.Constant(ir.ArrayType(F32, width), [0.0] * width), zeros)
+    panels = b.sdiv(b.add(n, I64(width - 1)), I64(width))
+    first, last = _share(b, d["batch"], d)
+    null = ir.Constant(PTR, None)
+    unbounded = (F32(-math.inf), F32(math.inf))
+
+    def item(i: ir.Value) -> None:
+        ai, bi = _elem(b, a, b.mul(i, d["a_batch"])), _elem(b, bm, b.mul(i, d["b_batch"]))
+        yi = _elem(b, y, b.mul(i, d["y_batch"]))
+
+        def pack_rows() -> None:  # b [k, n]: each panel's rows are contiguous pieces of b's rows
+            vector = ir.VectorType(F32, width)
+            scale = _splat(b, alpha, width)
+            whole = b.sdiv(n, I64(width))
+
+            def panel_rows(q: ir.Value) -> None:
+                def row(kk: ir.Value) -> None:
+                    piece = b.load(_elem(b, bi, b.add(b.mul(kk, n), b.mul(q, I64(width)))), typ=vector, align=4)
+                    at = _elem(b, packed, b.mul(b.add(b.mul(q, k), kk), I64(width)))
+                    b.store(b.fmul(piece, scale), b.bitcast(at, vector.as_pointer()), align=4)
+                _loop(b, I64(0), k, row)
+            _loop(b, I64(0), whole, panel_rows)
+
+            def last(col: ir.Value) -> None:  # a last narrower panel, column by column
+                base = b.add(b.mul(whole, b.mul(k, I64(width))), b.sub(col, b.mul(whole, I64(width))))
+
+                def step(kk: ir.Value) -> None:
+                    value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(kk, n), col)), typ=F32), alpha)
+                    b.store(value, _elem(b, packed, b.add(base, b.mul(kk, I64(width)))))
+                _loop(b, I64(0), k, step)
+            _loop(b, b.mul(whole, I64(width)), n, last)
+
+        def pack_column(col: ir.Value) -> None:  # b [n, k] (trans_b): column col of bᵀ into its panel
+            base = b.add(b.mul(b.sdiv(col, I64(width)), b.mul(k, I64(width))), b.srem(col, I64(width)))
+
+            def step(kk: ir.Value) -> None:
+                value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(col, k), kk)), typ=F32), alpha)
+                b.store(value, _elem(b, packed, b.add(base, b.mul(kk, I64(width)))))
+            _loop(b, I64(0), k, step)
+
+        def pad() -> None:  # the last panel's columns past n: zeros
+            def column(col: ir.Value) -> None:
+                base = b.add(b.mul(b.sdiv(col, I64(width)), b.mul(k, I64(width))), b.srem(col, I64(width)))
+                _loop(b, I64(0), k, lambda kk: b.store(F32(0.0), _elem(b, packed, b.add(base, b.mul(kk, I64(width))))))
+            _loop(b, n, b.mul(panels, I64(width)), column)
+
+        def pack_blocks() -> None:  # b [n, k] (trans_b): 8 x 8 blocks transposed in registers
+            scale = _splat(b, alpha)
+
+            def columns(cb: ir.Value) -> None:
+                col0 = b.mul(cb, I64(8))
+                base = b.add(b.mul(b.sdiv(col0, I64(width)), b.mul(k, I64(width))), b.srem(col0, I64(width)))
+
+                def block(kb: ir.Value) -> None:
+                    kk0 = b.mul(kb, I64(8))
+                    rows = [b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), k), kk0)), typ=V8, align=4)
+                            for r in range(8)]
+                    for i, piece in enumerate(_transpose8(b, rows)):
+                        at = _elem(b, packed, b.add(base, b.mul(b.add(kk0, I64(i)), I64(width))))
+                        b.store(b.fmul(piece, scale), b.bitcast(at, V8.as_pointer()), align=4)
+                _loop(b, I64(0), b.sdiv(k, I64(8)), block)
+
+                def step(kk: ir.Value) -> None:  # the last few steps of k, element by element
+                    for r in range(8):
+                        value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), k), kk)), typ=F32), alpha)
+                        b.store(value, _elem(b, packed, b.add(b.add(base, I64(r)), b.mul(kk, I64(width)))))
+                _loop(b, b.mul(b.sdiv(k, I64(8)), I64(8)), k, step)
+            _loop(b, I64(0), b.sdiv(n, I64(8)), columns)
+            _loop(b, b.mul(b.sdiv(n, I64(8)), I64(8)), n, pack_column)
+
+        with b.if_else(transposed) as (then, otherwise):
+            with then:
+                pack_blocks()
+            with otherwise:
+                pack_rows()
+        pad()
+
+        def panel(q: ir.Value) -> None:
+            j0 = b.mul(q, I64(width))
+            cols = _smin(b, I64(width), b.sub(n, j0))
+            wq = _elem(b, packed, b.mul(q, b.mul(k, I64(width))))
+
+            def rows_from(r0: ir.Value, mr: int) -> None:
+                b.call(tiles[mr], [wq, I64(width), _elem(b, ai, b.mul(r0, k)), k, I64(1), k,
+                                   _elem(b, yi, b.add(b.mul(r0, n), j0)), n, null, b.bitcast(zeros, PTR), I64(mr),
+                                   cols, *unbounded])
+
+            _row_tiles(b, m, sizes, rows_from)
+
+        _loop(b, I64(0), panels, panel)
+
+    _loop(b, first, last, item)
+    b.ret_void()
+
+
+__all__ = ["BMM_DIMS", "BMM_STACK_FLOATS", "bmm_dims", "bmm_packed_floats"]
