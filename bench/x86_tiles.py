@@ -1,0 +1,141 @@
+"""Our micro-kernels against OpenBLAS on the zoo's product shapes, one thread, in cache.
+
+First the core's FMA peak with 256-bit and 512-bit vectors (a loop of independent FMAs, JIT-
+compiled here), which is what the tiles' widths are chosen by; then, for each shape, the best
+of ``--reps`` calls of our routine and of OpenBLAS's ``sgemm`` through numpy (one thread: run
+with ``OPENBLAS_NUM_THREADS=1``, which this script sets before numpy loads), in GFLOP/s, and
+the time ratio ours / OpenBLAS (below 1.0: ours is faster):
+
+- ``md_gemm`` (constant weights, packed once): BERT's products at 128 rows, the MLP's at 8;
+- ``md_conv1x1`` (a pointwise conv, pixels as the tile's columns): ResNet-50's and MobileNetV2's;
+- ``md_bmm`` (two activations, the second packed per call): BERT's attention heads.
+
+    .venv/bin/python bench/x86_tiles.py
+    .venv/bin/python bench/x86_tiles.py --reps 50
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import ctypes
+import time
+from collections.abc import Callable
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+
+from metadef.codegen.jit import _target_machine, host_target
+from metadef.codegen.native import ENTRY, native_function
+from metadef.codegen.native_bmm import bmm_dims
+from metadef.codegen.native_gemm import (
+    conv1x1_dims,
+    gemm_dims,
+    pack_conv1x1_weights,
+    pack_gemm_weights,
+    tile_lanes,
+)
+
+KEEP: list[object] = []
+
+
+def best(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def fma_peak(lanes: int, chains: int = 16, steps: int = 20_000_000) -> float:
+    """GFLOP/s of ``chains`` independent FMA chains on ``lanes``-float vectors."""
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    vector = ir.VectorType(f32, lanes)
+    module = ir.Module()
+    module.triple = host_target().triple
+    fma = ir.Function(module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}f32")
+    fn = ir.Function(module, ir.FunctionType(f32, [i64]), "peak")
+    b = ir.IRBuilder(fn.append_basic_block())
+    entry, loop, done = b.block, b.append_basic_block(), b.append_basic_block()
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(i64(0), entry)
+    accs = [b.phi(vector) for _ in range(chains)]
+    factor, addend = ir.Constant(vector, [1.0001] * lanes), ir.Constant(vector, [0.999] * lanes)
+    for j, acc in enumerate(accs):
+        acc.add_incoming(ir.Constant(vector, [float(j)] * lanes), entry)
+    new = [b.call(fma, [acc, factor, addend]) for acc in accs]
+    for acc, value in zip(accs, new):
+        acc.add_incoming(value, loop)
+    nxt = b.add(i, i64(1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = new[0]
+    for value in new[1:]:
+        total = b.fadd(total, value)
+    b.ret(b.extract_element(total, ir.IntType(32)(0)))
+    parsed = llvm.parse_assembly(str(module))
+    engine = llvm.create_mcjit_compiler(parsed, _target_machine())
+    engine.finalize_object()
+    KEEP.append(engine)
+    run = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
+    return steps * chains * lanes * 2 / best(lambda: run(steps), 3) / 1e9
+
+
+def call(name: str, arrays: list[np.ndarray | None], dims: tuple[int, ...]) -> Callable[[], None]:
+    args = (ctypes.c_void_p * len(arrays))(*[None if a is None else a.ctypes.data for a in arrays])
+    values = (ctypes.c_int64 * len(dims))(*dims)
+    fn = ENTRY(native_function(name))
+    KEEP.extend([args, values, arrays])
+    return lambda: fn(args, values)
+
+
+def row(what: str, flops: float, ours: float, blas: float) -> None:
+    print(f"| {what} | {flops / ours / 1e9:.0f} | {flops / blas / 1e9:.0f} | {ours / blas:.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"host: {host_target().cpu}, tile vectors of {tile_lanes()} floats; FMA peak on one core: "
+          f"{fma_peak(8):.0f} GFLOP/s with 256-bit vectors, "
+          f"{fma_peak(16) if host_target().has('avx512f') else float('nan'):.0f} with 512-bit")
+    print("\n| product | ours GFLOP/s | OpenBLAS GFLOP/s | time ratio |\n|---|---|---|---|")
+    for m, k, n in [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (1024, 768, 768), (8, 784, 512)]:
+        x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        packed = pack_gemm_weights(w)
+        y = np.empty((m, n), np.float32)
+        ours = best(call("md_gemm", [x, packed, np.zeros(packed.shape[0] * packed.shape[2], np.float32), y],
+                         gemm_dims(m, n, k)), args.reps)
+        blas = best(lambda x=x, w=w, y=y: np.matmul(x, w, out=y), args.reps)
+        row(f"md_gemm {m}x{k} @ {k}x{n}", 2 * m * n * k, ours, blas)
+    for cin, cout, pixels in [(64, 256, 3136), (256, 64, 3136), (512, 128, 784), (1024, 256, 196), (96, 24, 3136)]:
+        x, w = rng.standard_normal((cin, pixels), dtype=np.float32), rng.standard_normal((cout, cin), dtype=np.float32)
+        y = np.empty((cout, pixels), np.float32)
+        ours = best(call("md_conv1x1", [x, pack_conv1x1_weights(w), np.zeros(cout, np.float32), None, y],
+                         conv1x1_dims(1, cin, cout, pixels)), args.reps)
+        blas = best(lambda x=x, w=w, y=y: np.matmul(w, x, out=y), args.reps)
+        row(f"md_conv1x1 {cin}->{cout} channels, {pixels} pixels", 2 * cin * cout * pixels, ours, blas)
+    for batch, m, n, k, trans_b in [(12, 128, 128, 64, True), (12, 128, 64, 128, False)]:
+        a = rng.standard_normal((batch, m, k), dtype=np.float32)
+        b = rng.standard_normal((batch, n, k) if trans_b else (batch, k, n), dtype=np.float32)
+        y = np.empty((batch, m, n), np.float32)
+        ours = best(call("md_bmm", [a, b, y], bmm_dims(batch, m, n, k, trans_b=trans_b)), args.reps)
+        operand = b.transpose(0, 2, 1) if trans_b else b
+        blas = best(lambda a=a, operand=operand, y=y: np.matmul(a, operand, out=y), args.reps)
+        what = "Q Kᵀ" if trans_b else "P V"
+        row(f"md_bmm {batch} heads, {what} ({m}x{k} @ {k}x{n})", 2 * batch * m * n * k, ours, blas)
+
+
+if __name__ == "__main__":
+    main()
