@@ -34,8 +34,9 @@ import struct
 
 from llvmlite import ir
 
-from metadef.codegen.native_gemm import _row_tiles, _tile, _transpose8, gemm_panel, gemm_row_tiles
+from metadef.codegen.native_gemm import gemm_panel, gemm_row_tiles
 from metadef.codegen.native_ir import F32, I64, PTR, V8, _arg, _define, _elem, _float_bits, _loop, _share, _smin, _splat
+from metadef.codegen.native_tile import _row_tiles, _tile, _transpose8
 
 BMM_DIMS = ("batch", "m", "n", "k", "trans_b", "alpha", "a_batch", "b_batch", "y_batch", "task", "tasks")
 """The dims of ``md_bmm``: args are ``[a [batch, m, k], b [batch, k, n] (trans_b: [batch, n,

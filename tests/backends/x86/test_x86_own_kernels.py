@@ -519,8 +519,9 @@ def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
 AVX2_SCRIPT = """
 import ctypes, json
 import numpy as np
-from metadef.codegen import native_gemm as g
-g.tile_lanes = lambda: 8  # before any routine is built: the tiles of a host without AVX-512
+from metadef.codegen import native_gemm as g, native_tile
+# before any routine is built: the tiles of a host without AVX-512
+g.tile_lanes = native_tile.tile_lanes = lambda: 8
 from metadef.codegen.native import ENTRY, native_function
 rng = np.random.default_rng(3)
 def call(name, arrays, dims):
@@ -553,7 +554,7 @@ for trans in (False, True):
          bmm_dims(2, 13, 37, 9, trans_b=trans))
     errors[f"bmm trans_b={trans}"] = float(np.abs(y - a.astype(np.float64) @ b).max())
 print(json.dumps({"rows": g.conv1x1_rows(), "tiles": g.gemm_row_tiles(), "panel": g.gemm_panel(),
-                  "width": g.conv1x1_width(), "errors": errors}))
+                  "width": g.conv1x1_width(), "lanes": native_tile.tile_lanes(), "errors": errors}))
 """
 
 
@@ -569,5 +570,6 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == got["width"] == 16
+    assert got["lanes"] == 8
     assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
     assert len(got["errors"]) == 9
