@@ -195,8 +195,8 @@ class WeightProduct:
         xt = np.ones((p, depth), np.float32)
         y = np.ones((cout, p), np.float32)
         res = np.ones((cout, p), np.float32)
-        width = gemm_panel()
-        bias = np.ones(-(-cout // width) * width, np.float32)
+        panel = gemm_panel()  # (md_conv1x1t's panels of channels)
+        bias = np.ones(-(-cout // panel) * panel, np.float32)
         res_address = res.ctypes.data if self.residual else 0
         candidates: dict[str, Any] = {}
         w = np.ones_like(self.weight)
@@ -219,7 +219,7 @@ class WeightProduct:
                     at += width
                 candidates[kind] = parts[0] if len(parts) == 1 else lambda parts=parts: [part() for part in parts]
         if self.rows_possible:
-            panels = np.ones((-(-cout // width), depth, width), np.float32)
+            panels = np.ones((-(-cout // panel), depth, panel), np.float32)
             flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
                               transpose_dims(1, depth, p))
             rows = timed_call(native_function("md_conv1x1t"), [

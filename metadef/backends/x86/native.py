@@ -440,7 +440,7 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
         except MetadefError as e:
             return f"the softmax kernel does not take these shapes ({e})"
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
-        products = attention_products(batch, m, n, d, dv, scale)
+        products = attention_products(batch, m, n, d, dv)
         soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
                                       *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
                     tuple(dims), "attention softmax",
@@ -483,7 +483,7 @@ def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: st
     return Call(native_function("md_bmm"), args, bmm_dims(batch, m, n, k, **options), what, tasks)
 
 
-def attention_products(batch: int, m: int, n: int, d: int, dv: int, scale: float) -> str:
+def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
     """:data:`OWN_PRODUCTS` or ``"sgemm"`` for attention's two products on these shapes:
     measured once (:func:`measured_choice`) where each head's packed operands fit
     ``md_bmm``'s stack buffer, else OpenBLAS."""
