@@ -4,8 +4,8 @@ The workers are Python threads parked in the native ``md_worker`` loop (ctypes r
 GIL for the whole call), so a parallel group of calls runs with no Python in between: the
 program's caller publishes the group, the workers and the caller take its calls by
 compare-and-swap, and the caller waits for the last one (see
-:func:`metadef.codegen.native._pool_module`). Idle workers spin a few microseconds, then
-sleep on a futex.
+:func:`metadef.codegen.native._pool_module`). Idle workers spin some tens of microseconds
+(:data:`~metadef.codegen.native_pool.SPIN`), then sleep on a futex.
 
 ``set_threads(n)`` is process-wide. There is one pool: the sgemm calls of a program split
 across it like the generated kernels (see :func:`metadef.backends.x86.native.sgemm_call`), and
