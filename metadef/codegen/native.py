@@ -349,11 +349,12 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", 
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
-                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather",
-                                "md_fill"})
+                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
+                                "md_bmm"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
-shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms).
+shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,
+md_bmm 304 -> 206 ms at the same speed).
 The Winograd input transform and im2col need the vectorizer (up to 3x slower without); the
 output transform does not (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 
