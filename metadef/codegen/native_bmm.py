@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 from llvmlite import ir
 
@@ -93,9 +94,27 @@ def _bmm(module: ir.Module) -> None:
     null = ir.Constant(PTR, None)
     unbounded = (F32(-math.inf), F32(math.inf))
 
+    def column_base(col: ir.Value) -> ir.Value:  # where column col of b's [k, n] view starts, packed
+        return b.add(b.mul(b.sdiv(col, I64(width)), b.mul(k, I64(width))), b.srem(col, I64(width)))
+
+    def pad(col: ir.Value) -> None:  # the last panel's columns past n: zeros, once for every item
+        base = column_base(col)
+        _loop(b, I64(0), k, lambda kk: b.store(F32(0.0), _elem(b, packed, b.add(base, b.mul(kk, I64(width))))))
+
+    _loop(b, n, b.mul(panels, I64(width)), pad)
+
     def item(i: ir.Value) -> None:
         ai, bi = _elem(b, a, b.mul(i, d["a_batch"])), _elem(b, bm, b.mul(i, d["b_batch"]))
         yi = _elem(b, y, b.mul(i, d["y_batch"]))
+
+        def pack_column(col: ir.Value, at: Callable[[ir.Value], ir.Value]) -> None:
+            """Column ``col`` into its panel, element by element (``at(kk)``: its step kk in ``b``)."""
+            base = column_base(col)
+
+            def step(kk: ir.Value) -> None:
+                value = b.fmul(b.load(_elem(b, bi, at(kk)), typ=F32), alpha)
+                b.store(value, _elem(b, packed, b.add(base, b.mul(kk, I64(width)))))
+            _loop(b, I64(0), k, step)
 
         def pack_rows() -> None:  # b [k, n]: each panel's rows are contiguous pieces of b's rows
             vector = ir.VectorType(F32, width)
@@ -109,36 +128,15 @@ def _bmm(module: ir.Module) -> None:
                     b.store(b.fmul(piece, scale), b.bitcast(at, vector.as_pointer()), align=4)
                 _loop(b, I64(0), k, row)
             _loop(b, I64(0), whole, panel_rows)
-
-            def last(col: ir.Value) -> None:  # a last narrower panel, column by column
-                base = b.add(b.mul(whole, b.mul(k, I64(width))), b.sub(col, b.mul(whole, I64(width))))
-
-                def step(kk: ir.Value) -> None:
-                    value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(kk, n), col)), typ=F32), alpha)
-                    b.store(value, _elem(b, packed, b.add(base, b.mul(kk, I64(width)))))
-                _loop(b, I64(0), k, step)
-            _loop(b, b.mul(whole, I64(width)), n, last)
-
-        def pack_column(col: ir.Value) -> None:  # b [n, k] (trans_b): column col of bᵀ into its panel
-            base = b.add(b.mul(b.sdiv(col, I64(width)), b.mul(k, I64(width))), b.srem(col, I64(width)))
-
-            def step(kk: ir.Value) -> None:
-                value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(col, k), kk)), typ=F32), alpha)
-                b.store(value, _elem(b, packed, b.add(base, b.mul(kk, I64(width)))))
-            _loop(b, I64(0), k, step)
-
-        def pad() -> None:  # the last panel's columns past n: zeros
-            def column(col: ir.Value) -> None:
-                base = b.add(b.mul(b.sdiv(col, I64(width)), b.mul(k, I64(width))), b.srem(col, I64(width)))
-                _loop(b, I64(0), k, lambda kk: b.store(F32(0.0), _elem(b, packed, b.add(base, b.mul(kk, I64(width))))))
-            _loop(b, n, b.mul(panels, I64(width)), column)
+            # a last narrower panel, column by column
+            _loop(b, b.mul(whole, I64(width)), n, lambda col: pack_column(col, lambda kk: b.add(b.mul(kk, n), col)))
 
         def pack_blocks() -> None:  # b [n, k] (trans_b): 8 x 8 blocks transposed in registers
             scale = _splat(b, alpha)
 
             def columns(cb: ir.Value) -> None:
                 col0 = b.mul(cb, I64(8))
-                base = b.add(b.mul(b.sdiv(col0, I64(width)), b.mul(k, I64(width))), b.srem(col0, I64(width)))
+                base = column_base(col0)
 
                 def block(kb: ir.Value) -> None:
                     kk0 = b.mul(kb, I64(8))
@@ -155,14 +153,14 @@ def _bmm(module: ir.Module) -> None:
                         b.store(value, _elem(b, packed, b.add(b.add(base, I64(r)), b.mul(kk, I64(width)))))
                 _loop(b, b.mul(b.sdiv(k, I64(8)), I64(8)), k, step)
             _loop(b, I64(0), b.sdiv(n, I64(8)), columns)
-            _loop(b, b.mul(b.sdiv(n, I64(8)), I64(8)), n, pack_column)
+            _loop(b, b.mul(b.sdiv(n, I64(8)), I64(8)), n,  # the last few columns, one by one
+                  lambda col: pack_column(col, lambda kk: b.add(b.mul(col, k), kk)))
 
         with b.if_else(transposed) as (then, otherwise):
             with then:
                 pack_blocks()
             with otherwise:
                 pack_rows()
-        pad()
 
         def panel(q: ir.Value) -> None:
             j0 = b.mul(q, I64(width))
