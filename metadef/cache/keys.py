@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from metadef.codegen.jit import toolchain
+from metadef.codegen.host import toolchain
 from metadef.core.errors import UnsupportedOpError
 from metadef.ir import Graph, Value
 

@@ -11,8 +11,9 @@ Example:
 """
 
 from metadef.codegen.errors import CodegenUnsupported
-from metadef.codegen.jit import HostTarget, compile_count, host_target
+from metadef.codegen.host import HostTarget, host_target
 from metadef.codegen.kernel import Kernel, compile_group, compile_node
+from metadef.codegen.link import compile_count
 
 __all__ = ["CodegenUnsupported", "HostTarget", "Kernel", "compile_count", "compile_group",
            "compile_node", "host_target"]

@@ -40,7 +40,7 @@ import numpy as np
 from metadef.codegen.emit import TASK, TASKS, emit_module, split_slot
 from metadef.codegen.errors import CodegenUnsupported
 from metadef.codegen.exprs import Reduce, walk
-from metadef.codegen.jit import compile_ir, load_object, object_code
+from metadef.codegen.host import generate
 from metadef.codegen.kernel_store import (
     CompiledElsewhere,
     KernelCode,
@@ -50,6 +50,7 @@ from metadef.codegen.kernel_store import (
     load_or_claim,
     release,
 )
+from metadef.codegen.link import load_object
 from metadef.codegen.lower import compose
 from metadef.codegen.sizes import abstract_sizes, plain_symbol
 from metadef.core.errors import BackendError
@@ -407,7 +408,7 @@ def _link(code: KernelCode) -> int:
     """The address of ``code``'s entry point, linking its object code once per process."""
     address = _LINKED.get(code.symbol)
     if address is None:
-        address = _LINKED[code.symbol] = load_object(code.object_code, [code.symbol])[code.symbol]
+        address = _LINKED[code.symbol] = load_object(code.object_code, [code.symbol], code.symbol)[code.symbol]
     return address
 
 
@@ -480,8 +481,9 @@ def _generate(body: Any, key: str) -> tuple[KernelCode, int]:
     # unrolling pays where a reduction (a window sum, a dot) runs inside the loops; an
     # elementwise nest only grows (and takes LLVM up to a second) when unrolled
     reduces = any(isinstance(n, Reduce) for out in group.outputs for n in walk(out.tree))
-    address = compile_ir(emitted.ir, [symbol], symbol, unroll=reduces)[symbol]
-    code = KernelCode(symbol, object_code(symbol) or b"", tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
+    addresses, obj = generate(emitted.ir, [symbol], symbol, unroll=reduces)
+    address = addresses[symbol]
+    code = KernelCode(symbol, obj, tuple((o.dtype, tuple(o.shape)) for o in group.outputs),
                       tuple(group.constants), tuple(emitted.slots), tuple(group.broadcasts), emitted.nests)
     return code, address
 

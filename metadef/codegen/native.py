@@ -56,8 +56,9 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from metadef.codegen.jit import compile_ir, load_object, object_code
+from metadef.codegen.host import generate
 from metadef.codegen.kernel import KernelCode, current_store, load_or_claim, release
+from metadef.codegen.link import load_object
 from metadef.codegen.native_bmm import BMM_DIMS, _bmm
 from metadef.codegen.native_conv import (
     COL2IM_DIMS,
@@ -410,18 +411,18 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
     code = load_or_claim(store, structure, name, wait)
     if code is not None:
         try:
-            return load_object(code.object_code, symbols)
+            return load_object(code.object_code, symbols, name)
         except BackendError:  # a damaged entry: compile it again
             pass
     module = f"md_native_{name}"
     try:
-        addresses = compile_ir(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND,
-                               vectorize=name not in VECTORIZED_BY_HAND)
+        addresses, obj = generate(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND,
+                                  vectorize=name not in VECTORIZED_BY_HAND)
     except BaseException:
         release(store, structure)
         raise
     if store is not None:
-        store.save(structure, name, KernelCode(name, object_code(module) or b"", (), (), (), ()))
+        store.save(structure, name, KernelCode(name, obj, (), (), (), ()))
     return addresses
 
 

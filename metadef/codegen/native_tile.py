@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from metadef.codegen.jit import host_target
+from metadef.codegen.host import host_target
 from metadef.codegen.native_ir import F32, I32, I64, PTR, V8, _bounded, _elem, _if, _loop, _splat
 
 MR, NR = 6, 16

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from metadef.codegen.jit import host_target
+from metadef.codegen.host import host_target
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import InputError
 from metadef.core.flags import DEBUG

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadef.codegen.jit import host_target
+from metadef.codegen.host import host_target
 from metadef.core.errors import InputError
 from metadef.format import open_mdef
 

@@ -131,3 +131,30 @@ def test_a_change_to_the_backends_source_misses_and_says_why(monkeypatch: pytest
         md.compile(g, target="x86")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("miss model")]
     assert lines and "backend" in lines[0] and "0123456789abcdef" in lines[0]
+
+
+# The deployment path: a process whose every kernel comes from the cache.
+NO_LLVM_SCRIPT = f"""
+import json, sys, numpy as np, metadef as md
+from metadef.codegen.link import compile_count
+from metadef.ir import parse_graph
+g = parse_graph('''{GRAPH}''')
+x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+out = md.compile(g, target="x86").run({{"x": x, "y": x}})["z"]
+print(json.dumps({{"llvm": "llvmlite.binding" in sys.modules, "linked": compile_count(), "out": out.tolist()}}))
+"""
+
+
+def test_a_process_that_only_hits_never_loads_llvm(cache_dir: Path) -> None:
+    env = {**os.environ, "METADEF_CACHE_DIR": str(cache_dir)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", NO_LLVM_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["llvm"] and not second["llvm"]  # the second links stored object code only
+    assert second["linked"] == first["linked"] == 6
+    np.testing.assert_allclose(second["out"], _expected(), rtol=1e-5)
+    assert second["out"] == first["out"]

@@ -58,7 +58,7 @@ from metadef.backends.x86.pieces import Pieces, choose_pieces, output_specs, run
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import current_threads, set_threads
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
-from metadef.codegen.jit import source_digest
+from metadef.codegen.host import source_digest
 from metadef.codegen.kernel import CompiledElsewhere, KernelCode, KernelStore, record_kernels, replay_kernels
 from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
