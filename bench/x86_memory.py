@@ -7,14 +7,15 @@ processes, so neither pays for the other's libraries).
 
 The arena holds every intermediate tensor and scratch buffer of one run (of one piece's, where
 the batch ran in pieces: ``runs``); the lower bound is the most memory live at any one step (no
-placement needs less). Peak RSS is ``VmHWM`` after
-building the model, compiling (metadef: optimize at ``aggressive`` + x86 compile; ORT:
-session creation at ORT_ENABLE_ALL) and three runs, minus nothing: imports and weights count.
-The ORT process imports only onnxruntime and numpy: it reads the model and its inputs from
-files written here. metadef is measured twice: importing the model from ONNX in the process
-(the zoo builds it there: the proto and the imported weights coexist for a moment), and
-loading the file ``metadef convert --optimize aggressive`` writes (the deployment path: the
-weights stay mapped, and leave the RSS once checked, folded or packed).
+placement needs less). Peak RSS is ``VmHWM`` after building the model, compiling (metadef: optimize at ``aggressive``
++ x86 compile; ORT: session creation at ORT_ENABLE_ALL) and three runs, minus nothing: imports
+and weights count. The ORT process imports only onnxruntime and numpy: it reads the model and
+its inputs from files written here; both metadef processes read the same inputs file. metadef
+is measured twice: importing the model from ONNX in the process (the zoo builds it there: the
+proto and the imported weights coexist for a moment), and loading the file ``metadef convert
+--optimize aggressive`` writes (the deployment path: the weights stay mapped, and leave the RSS
+once checked, folded or packed; the code comes from the compile cache when an earlier run left
+it there, and then LLVM and onnx are never loaded).
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ import tempfile
 from metadef.convert import convert
 
 METADEF = """
-import json, logging, numpy as np
+import json, logging, sys, numpy as np
 logging.disable(logging.WARNING)
 import metadef as md
-name, batch, mdef = {name!r}, {batch}, {mdef!r}
+name, batch, mdef, inputs = {name!r}, {batch}, {mdef!r}, {inputs!r}
 dims = {{"seq": 128}} if name == "bert" else {{}}
 if mdef:  # the deployment path: a converted file, mapped
     sess = md.load(mdef).optimize_for(level="aggressive").compile(target="x86")
 else:
     sess = md.compile(md.optimize(md.import_onnx(md.zoo.build(name)), level="aggressive"), target="x86")
-feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)
+feeds = dict(np.load(inputs))
 for _ in range(3):
     sess.run(feeds)
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
@@ -49,7 +50,8 @@ if way is not None:  # the batch ran in pieces: the arena of a piece's program
 program = sess.executable.programs.bound(symbols)
 print(json.dumps({{"arena": program.plan.peak, "lower_bound": program.plan.lower_bound, "rss_kb": hwm,
                   "python_steps": program.python_steps, "native_calls": program.native_calls,
-                  "pieces": "whole" if way is None else str(way)}}))
+                  "pieces": "whole" if way is None else str(way),
+                  "llvm": "llvmlite.binding" in sys.modules}}))
 """
 
 ORT = """
@@ -94,22 +96,22 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
     print("| model | batch | runs | arena MB | lower bound MB | arena / bound | metadef peak RSS MB, from ONNX | "
-          "from .mdef | ORT peak RSS MB | RSS ratio, from ONNX | from .mdef |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "from .mdef | ORT peak RSS MB | RSS ratio, from ONNX | from .mdef | LLVM loaded, from .mdef |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
-        ours = _run(METADEF.format(name=name, batch=args.batch, mdef=""))
         with tempfile.TemporaryDirectory() as where:
+            model, inputs = _ort_files(name, args.batch, where)
+            ours = _run(METADEF.format(name=name, batch=args.batch, mdef="", inputs=inputs))
             mdef = os.path.join(where, f"{name}.mdef")
             convert(name, mdef, optimize="aggressive")  # what `metadef convert --optimize aggressive` writes
-            mapped = _run(METADEF.format(name=name, batch=args.batch, mdef=mdef))
-            model, inputs = _ort_files(name, args.batch, where)
+            mapped = _run(METADEF.format(name=name, batch=args.batch, mdef=mdef, inputs=inputs))
             theirs = _run(ORT.format(model=model, inputs=inputs))
         ratio = ours["arena"] / ours["lower_bound"] if ours["lower_bound"] else 1.0
         print(f"| {name} | {args.batch} | {ours['pieces']} | {ours['arena'] / 2**20:.2f} | "
               f"{ours['lower_bound'] / 2**20:.2f} | "
               f"{ratio:.3f} | {ours['rss_kb'] / 1024:.0f} | {mapped['rss_kb'] / 1024:.0f} | "
               f"{theirs['rss_kb'] / 1024:.0f} | {ours['rss_kb'] / theirs['rss_kb']:.2f} | "
-              f"{mapped['rss_kb'] / theirs['rss_kb']:.2f} |", flush=True)
+              f"{mapped['rss_kb'] / theirs['rss_kb']:.2f} | {'yes' if mapped['llvm'] else 'no'} |", flush=True)
 
 
 if __name__ == "__main__":
