@@ -4,6 +4,7 @@ processes, so neither pays for the other's libraries).
 
     .venv/bin/python bench/x86_memory.py                     # every zoo model, batch 1
     .venv/bin/python bench/x86_memory.py --models bert --batch 8
+    .venv/bin/python bench/x86_memory.py --cold              # no compile cache: LLVM generates the code
 
 The arena holds every intermediate tensor and scratch buffer of one run (of one piece's, where
 the batch ran in pieces: ``runs``); the lower bound is the most memory live at any one step (no
@@ -83,8 +84,9 @@ def _ort_files(name: str, batch: int, where: str) -> tuple[str, str]:
     return model, inputs
 
 
-def _run(script: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900)
+def _run(script: str, cache: str | None = None) -> dict:
+    env = {**os.environ, "METADEF_CACHE_DIR": cache} if cache else None
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise SystemExit(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,6 +96,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["mlp", "resnet50", "mobilenetv2", "bert"])
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--cold", action="store_true",
+                    help="each metadef process starts with an empty compile cache (it generates its code with LLVM)")
     args = ap.parse_args()
     print("| model | batch | runs | arena MB | lower bound MB | arena / bound | metadef peak RSS MB, from ONNX | "
           "from .mdef | ORT peak RSS MB | RSS ratio, from ONNX | from .mdef | LLVM loaded, from .mdef |")
@@ -101,10 +105,11 @@ def main() -> None:
     for name in args.models:
         with tempfile.TemporaryDirectory() as where:
             model, inputs = _ort_files(name, args.batch, where)
-            ours = _run(METADEF.format(name=name, batch=args.batch, mdef="", inputs=inputs))
+            fresh = (lambda: tempfile.mkdtemp(dir=where)) if args.cold else (lambda: None)
+            ours = _run(METADEF.format(name=name, batch=args.batch, mdef="", inputs=inputs), fresh())
             mdef = os.path.join(where, f"{name}.mdef")
             convert(name, mdef, optimize="aggressive")  # what `metadef convert --optimize aggressive` writes
-            mapped = _run(METADEF.format(name=name, batch=args.batch, mdef=mdef, inputs=inputs))
+            mapped = _run(METADEF.format(name=name, batch=args.batch, mdef=mdef, inputs=inputs), fresh())
             theirs = _run(ORT.format(model=model, inputs=inputs))
         ratio = ours["arena"] / ours["lower_bound"] if ours["lower_bound"] else 1.0
         print(f"| {name} | {args.batch} | {ours['pieces']} | {ours['arena'] / 2**20:.2f} | "
