@@ -34,7 +34,7 @@ from pathlib import Path
 from metadef.core import flags
 
 PIPELINE = ("new-pm O3: loop+slp vectorize, unroll (kernels with reductions), interleave; O2 without vectorizers "
-            "for hand-vectorized routines; mcjit jitdefault; metadef link")
+            "for hand-vectorized routines; code model jitdefault (large); linked by metadef.codegen.link")
 """What turns IR into object code here, and how it is linked; part of every compile-cache key
 (change it with :mod:`.jit`'s pipeline or target machine, or :mod:`.link`)."""
 
