@@ -60,6 +60,7 @@ def query_host() -> HostTarget:
 def _target_machine() -> llvm.TargetMachine:
     machine = _STATE.get("tm")
     if machine is None:
+        _initialize()
         host = host_target()
         target = llvm.Target.from_triple(host.triple)
         # The CPU name only picks scheduling models; the features decide the instructions.

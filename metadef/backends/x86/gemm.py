@@ -8,7 +8,9 @@ epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's 
 ``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
 Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
 OpenBLAS's packing costs more than the product, and BERT's 128-row products (4-8 % faster); it
-is tried up to :data:`MAX_ROWS` rows.
+is tried up to :data:`MAX_ROWS` rows. Where ``k`` is a multiple of 1024 (BERT's ``3072``), the
+rows of ``x`` are first copied to a stride one cache line longer (a scratch buffer), so that
+the tile's rows do not all fall in one L1 set (:func:`~metadef.codegen.native_gemm.gemm_lda`).
 
 Example:
     >>> import numpy as np
@@ -51,7 +53,7 @@ from metadef.backends.x86.native import (
     timed_call,
 )
 from metadef.codegen.native import native_function
-from metadef.codegen.native_gemm import gemm_dims, gemm_panel, pack_gemm_weights
+from metadef.codegen.native_gemm import gemm_dims, gemm_lda, gemm_panel, pack_gemm_weights
 from metadef.format import release_mapped
 from metadef.ir import Node, Value
 
@@ -143,20 +145,26 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
             padded[:n] = bias
             packed.append(padded)
             release_mapped(weight)  # a weight mapped from a .mdef file: its pages leave the RSS
-        panels = -(-n // gemm_panel())
+        panels, lda = -(-n // gemm_panel()), gemm_lda(k)
 
         def tasks(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or m * n * k < 1 << 18 or panels < count:
                 return None
-            return [gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=count) for t in range(count)]
+            return [gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=count, lda=lda)
+                    for t in range(count)]
 
         fused = " + epilogue" if bounds != (-math.inf, math.inf) or bias.any() else ""
-        call = Call(native_function("md_gemm"), (x, Arg("addr", packed[0].ctypes.data),
+        rows, scratch = (x, ()) if lda == k else (Arg("scratch", 0), (4 * m * lda,))
+        call = Call(native_function("md_gemm"), (rows, Arg("addr", packed[0].ctypes.data),
                                                  Arg("addr", packed[1].ctypes.data), out),
-                    gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]), "gemm own kernel" + fused, tasks)
-        return NativeStep((call,), (), tuple(packed))
+                    gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], lda=lda), "gemm own kernel" + fused, tasks)
+        if lda == k:
+            return NativeStep((call,), (), tuple(packed))
+        restride = Call(native_function("md_copy_rows"), (x, rows), (m, 4 * k, 4 * k, 4 * lda),
+                        "gemm rows to a padded stride")
+        return NativeStep((restride, call), scratch, tuple(packed))
 
-    return needing(lower, *needs(otherwise), "md_gemm", "md_sgemm", "md_copy")
+    return needing(lower, *needs(otherwise), "md_gemm", "md_sgemm", "md_copy", "md_copy_rows")
 
 
 def _sgemm_with_bias(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, m: int,
@@ -187,15 +195,19 @@ def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
     activation one more pass over the output, timed as a copy), measured once per shape, on
     weights of ones in either layout (so the loser's weights are never packed)."""
     key = _choice_key(m, n, k, bounds)
-    width = gemm_panel()
+    width, lda = gemm_panel(), gemm_lda(k)
     panels = -(-n // width)
-    x = np.zeros((m, k), np.float32)
+    x, rows = np.zeros((m, k), np.float32), np.zeros((m, lda), np.float32)
     y = np.empty((m, n), np.float32)
     z = np.empty((m, n), np.float32)
     w, packed = np.ones((k, n), np.float32), np.ones((panels, k, width), np.float32)
     bias = np.ones(panels * width, np.float32)
-    own = timed_call(native_function("md_gemm"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
-                                                  y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1]))
+    product = timed_call(native_function("md_gemm"), [rows.ctypes.data, packed.ctypes.data, bias.ctypes.data,
+                                                      y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1],
+                                                                                lda=lda))
+    restride = timed_call(native_function("md_copy_rows"), [x.ctypes.data, rows.ctypes.data],
+                          (m, 4 * k, 4 * k, 4 * lda))
+    own = product if lda == k else lambda: (restride(), product())
     sgemm = timed_call(native_function("md_sgemm"), [x.ctypes.data, w.ctypes.data, y.ctypes.data,
                                                      blas.cblas_address("sgemm"), bias.ctypes.data,
                                                      blas.cblas_address("sgemv")],

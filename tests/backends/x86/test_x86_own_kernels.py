@@ -23,6 +23,7 @@ from metadef.codegen.native_gemm import (
     conv1x1_width,
     conv1x1t_dims,
     gemm_dims,
+    gemm_lda,
     gemm_panel,
     pack_conv1x1_weights,
     pack_gemm_weights,
@@ -284,6 +285,41 @@ def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float
         _call("md_gemm", [x, packed, bias, y], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks))
     want = np.clip(x.astype(np.float64) @ w + bias[:n], *bounds)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_gemm_reads_rows_at_a_padded_stride(tasks: int) -> None:
+    m, n, k = 25, 40, 1024
+    lda = gemm_lda(k)
+    assert lda > k  # k a multiple of 1024: one more cache line a row
+    x = RNG.standard_normal((m, k), dtype=np.float32)
+    rows = np.full((m, lda), np.nan, np.float32)  # the padding is never read
+    rows[:, :k] = x
+    w = RNG.standard_normal((k, n), dtype=np.float32)
+    packed = pack_gemm_weights(w)
+    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
+    y = np.full((m, n), np.nan, np.float32)
+    for t in range(tasks):
+        _call("md_gemm", [rows, packed, bias, y], gemm_dims(m, n, k, task=t, tasks=tasks, lda=lda))
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_product_of_depth_1024_copies_its_rows_to_the_padded_stride(monkeypatch: pytest.MonkeyPatch) -> None:
+    from metadef.backends.x86 import gemm
+    monkeypatch.setattr(gemm, "PREFER", gemm.OWN)
+    g = GraphBuilder("deep")
+    x = g.input("x", parse_type("f32[n,1024]"))
+    h, = g.node("MatMul", [x, g.const("w", RNG.standard_normal((1024, 48), dtype=np.float32) / 32)])
+    h, = g.node("Add", [h, g.const("b", RNG.standard_normal(48, dtype=np.float32))])
+    y, = g.node("Relu", [h])
+    g.output(y)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86", threads=2), md.compile(graph, target="reference")
+    for batch in (1, 13, 40):
+        feeds = {"x": RNG.standard_normal((batch, 1024), dtype=np.float32)}
+        np.testing.assert_allclose(exe.run(feeds)[y.name], ref.run(feeds)[y.name], rtol=1e-4, atol=1e-4)
+    kinds = exe.executable.programs.bound({"n": 13}).call_kinds
+    assert kinds["gemm rows to a padded stride"] == 1 and kinds["gemm own kernel + epilogue"] == 1, kinds
 
 
 @pytest.mark.parametrize(("batch", "m", "n", "k", "trans_b", "shared_b", "tasks"), [
