@@ -88,11 +88,12 @@ CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "
 one row of ``y`` (and of the residual) to the next, ``p`` unless ``x`` is a band of columns
 of a wider output (an im2col of some output rows), whose image ``cout * ys`` floats apart."""
 
-CONV1X1T_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "task", "tasks")
-"""The dims of ``md_conv1x1t``: args are ``[xt [n, p, cin] (the input transposed, see
-md_transpose), packed weights (pack_gemm_weights(Wᵀ): panels of ``w`` = :func:`gemm_panel`
-channels), bias [ceil(cout/w)*w], residual or null, y [n, cout, p]]``; task ``task`` of
-``tasks`` takes its share of the (image, panel) units."""
+CONV1X1T_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "task", "tasks", "ldx")
+"""The dims of ``md_conv1x1t``: args are ``[xt [n, p, ldx] (the input transposed, see md_transpose; a
+pixel's ``cin`` channels ``ldx`` floats after the previous one's), packed weights
+(pack_gemm_weights(Wᵀ): panels of ``w`` = :func:`gemm_panel` channels), bias [ceil(cout/w)*w],
+residual or null, y [n, cout, p]]``; task ``task`` of ``tasks`` takes its share of the (image,
+panel) units."""
 
 
 
@@ -208,7 +209,7 @@ def _conv1x1t(module: ir.Module) -> None:
     tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True, width=pw)
              for mr in (top, 1)}
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1t", CONV1X1T_DIMS)
-    p, cin, cout = d["p"], d["cin"], d["cout"]
+    p, cin, cout, ldx = d["p"], d["cin"], d["cout"], d["ldx"]
     panels = b.sdiv(b.add(cout, I64(pw - 1)), I64(pw))
     units = b.mul(d["n"], panels)
     first, last = _share(b, units, d)
@@ -219,13 +220,13 @@ def _conv1x1t(module: ir.Module) -> None:
         c0 = b.mul(q, I64(pw))
         cols = b.sub(cout, c0)
         cols = b.select(b.icmp_signed(">", cols, I64(pw)), I64(pw), cols)
-        xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
+        xi = _elem(b, x, b.mul(image, b.mul(ldx, p)))
         yi = b.add(b.mul(image, b.mul(cout, p)), b.mul(c0, p))
         wq = _elem(b, w, b.mul(q, b.mul(cin, I64(pw))))
 
         def rows_from(r0: ir.Value, mr: int) -> None:
             at = b.add(yi, r0)
-            b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, cin)), cin, I64(1), cin, _elem(b, y, at), p,
+            b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, ldx)), ldx, I64(1), cin, _elem(b, y, at), p,
                                b.select(has_res, _elem(b, res, at), null), _elem(b, bias, c0), I64(mr), cols, lo, hi])
 
         full = b.sdiv(p, I64(top))
@@ -236,9 +237,10 @@ def _conv1x1t(module: ir.Module) -> None:
     b.ret_void()
 
 
-TRANSPOSE_DIMS = ("n", "rows", "cols", "task", "tasks")
-"""The dims of ``md_transpose``: args are ``[x [n, rows, cols], y [n, cols, rows]]``; task
-``task`` of ``tasks`` writes its share of the (image, 8-column block) units."""
+TRANSPOSE_DIMS = ("n", "rows", "cols", "task", "tasks", "ld")
+"""The dims of ``md_transpose``: args are ``[x [n, rows, cols], y [n, cols, ld]]`` (``y``'s
+rows ``ld >= rows`` floats apart, the rest of each left as it was); task ``task`` of
+``tasks`` writes its share of the (image, 8-column block) units."""
 
 def _transpose(module: ir.Module) -> None:
     """``md_transpose`` (see :data:`TRANSPOSE_DIMS`): 8 x 8 blocks through registers, the
@@ -246,16 +248,16 @@ def _transpose(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_transpose")
     x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(TRANSPOSE_DIMS)}
-    rows, cols = d["rows"], d["cols"]
+    rows, cols, ld = d["rows"], d["cols"], d["ld"]
     blocks = b.sdiv(b.add(cols, I64(7)), I64(8))
     units = b.mul(d["n"], blocks)
     first, last = _share(b, units, d)
-    plane = b.mul(rows, cols)
+    plane, out_plane = b.mul(rows, cols), b.mul(ld, cols)
 
     def unit(u: ir.Value) -> None:
         image = b.sdiv(u, blocks)
         c0 = b.mul(b.srem(u, blocks), I64(8))
-        xi, yi = _elem(b, x, b.mul(image, plane)), _elem(b, y, b.mul(image, plane))
+        xi, yi = _elem(b, x, b.mul(image, plane)), _elem(b, y, b.mul(image, out_plane))
         width = b.sub(cols, c0)
         width = b.select(b.icmp_signed(">", width, I64(8)), I64(8), width)
         whole = b.icmp_signed("==", width, I64(8))
@@ -266,14 +268,14 @@ def _transpose(module: ir.Module) -> None:
             loaded = [b.load(_elem(b, xi, b.add(b.mul(b.add(r0, I64(r)), cols), c0)), typ=V8, align=4)
                       for r in range(8)]
             for j, column in enumerate(_transpose8(b, loaded)):
-                b.store(column, _elem(b, yi, b.add(b.mul(b.add(c0, I64(j)), rows), r0)), align=4)
+                b.store(column, _elem(b, yi, b.add(b.mul(b.add(c0, I64(j)), ld), r0)), align=4)
 
         _loop(b, I64(0), b.sdiv(full, I64(8)), block)
 
         def row(r: ir.Value) -> None:
             def element(j: ir.Value) -> None:
                 c = b.add(c0, j)
-                b.store(b.load(_elem(b, xi, b.add(b.mul(r, cols), c)), typ=F32), _elem(b, yi, b.add(b.mul(c, rows), r)))
+                b.store(b.load(_elem(b, xi, b.add(b.mul(r, cols), c)), typ=F32), _elem(b, yi, b.add(b.mul(c, ld), r)))
             _loop(b, I64(0), width, element)
 
         _loop(b, full, rows, row)
@@ -282,26 +284,29 @@ def _transpose(module: ir.Module) -> None:
     b.ret_void()
 
 
-def transpose_dims(n: int, rows: int, cols: int, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_transpose`` call (see :data:`TRANSPOSE_DIMS`).
+def transpose_dims(n: int, rows: int, cols: int, task: int = 0, tasks: int = 1, ld: int | None = None
+                   ) -> tuple[int, ...]:
+    """The dims of one ``md_transpose`` call (see :data:`TRANSPOSE_DIMS`; ``ld`` defaults to
+    ``rows``).
 
     Example:
         >>> transpose_dims(1, 512, 49)
-        (1, 512, 49, 0, 1)
+        (1, 512, 49, 0, 1, 512)
     """
-    return (n, rows, cols, task, tasks)
+    return (n, rows, cols, task, tasks, rows if ld is None else ld)
 
 
 def conv1x1t_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False, lo: float = -math.inf,
-                  hi: float = math.inf, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_conv1x1t`` call (see :data:`CONV1X1T_DIMS`).
+                  hi: float = math.inf, task: int = 0, tasks: int = 1, ldx: int | None = None) -> tuple[int, ...]:
+    """The dims of one ``md_conv1x1t`` call (see :data:`CONV1X1T_DIMS`; ``ldx`` defaults to
+    ``cin``).
 
     Example:
         >>> conv1x1t_dims(1, 512, 2048, 49)[:4]
         (1, 512, 2048, 49)
     """
     values = {"n": n, "cin": cin, "cout": cout, "p": p, "has_res": int(residual), "lo": _bits(lo),
-              "hi": _bits(hi), "task": task, "tasks": tasks}
+              "hi": _bits(hi), "task": task, "tasks": tasks, "ldx": cin if ldx is None else ldx}
     return tuple(values[d] for d in CONV1X1T_DIMS)
 
 

@@ -52,6 +52,7 @@ from metadef.codegen.native_gemm import (
     conv1x1_rows,
     conv1x1_width,
     conv1x1t_dims,
+    gemm_lda,
     gemm_panel,
     pack_conv1x1_weights,
     pack_rows,
@@ -192,7 +193,8 @@ class WeightProduct:
         if known is not None:
             return known
         x = np.ones((depth, p), np.float32)
-        xt = np.ones((p, depth), np.float32)
+        ldx = gemm_lda(depth)  # (a pixel's channels one cache line further apart where they would alias)
+        xt = np.ones((p, ldx), np.float32)
         y = np.ones((cout, p), np.float32)
         res = np.ones((cout, p), np.float32)
         panel = gemm_panel()  # (md_conv1x1t's panels of channels)
@@ -221,10 +223,10 @@ class WeightProduct:
         if self.rows_possible:
             panels = np.ones((-(-cout // panel), depth, panel), np.float32)
             flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
-                              transpose_dims(1, depth, p))
+                              transpose_dims(1, depth, p, ld=ldx))
             rows = timed_call(native_function("md_conv1x1t"), [
                 xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
-                conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi))
+                conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, ldx=ldx))
             candidates[OWN_T] = lambda: (flip(), rows())
         assert sorted(candidates) == sorted(names)
         return measured_choice(key, candidates)[0]
@@ -259,21 +261,23 @@ class WeightProduct:
                          conv1x1_dims(n, depth, cout, p, **base, order=order), what + " own kernel" + epilogue,
                          tasks)], 0
 
+        ldx = gemm_lda(depth)  # a pixel's channels in the workspace: one line further apart where they would alias
+
         def flips(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or n * depth * p < PARALLEL_ELEMENTS or n * -(-p // 8) < count:
                 return None
-            return [transpose_dims(n, depth, p, t, count) for t in range(count)]
+            return [transpose_dims(n, depth, p, t, count, ld=ldx) for t in range(count)]
 
         def row_tasks(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * -(-cout // gemm_panel()) < count:
                 return None
-            return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count) for t in range(count)]
+            return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count, ldx=ldx) for t in range(count)]
 
-        return [Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p), what + " transpose",
-                     flips),
+        return [Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
+                     what + " transpose", flips),
                 Call(native_function("md_conv1x1t"), (work, Arg("addr", packed.ctypes.data), bias, res, out),
-                     conv1x1t_dims(n, depth, cout, p, **base), what + " own kernel, pixel rows" + epilogue,
-                     row_tasks)], n * depth * p * 4
+                     conv1x1t_dims(n, depth, cout, p, **base, ldx=ldx), what + " own kernel, pixel rows" + epilogue,
+                     row_tasks)], n * ldx * p * 4
 
     def keep(self) -> tuple[np.ndarray, ...]:
         """The packed arrays the calls read by address."""

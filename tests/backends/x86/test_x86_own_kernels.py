@@ -117,14 +117,16 @@ def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
         assert all(r * out_hw[1] >= conv1x1_width() for _, r in bands) or len(bands) == 1
 
 
-@pytest.mark.parametrize(("n", "rows", "cols", "tasks"), [
-    (1, 1, 1, 1), (2, 8, 8, 1), (1, 17, 9, 2), (3, 16, 24, 3), (1, 4608, 49, 2), (2, 5, 3, 4), (1, 9, 16, 1)])
-def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int) -> None:
+@pytest.mark.parametrize(("n", "rows", "cols", "tasks", "pad"), [
+    (1, 1, 1, 1, 0), (2, 8, 8, 1, 0), (1, 17, 9, 2, 0), (3, 16, 24, 3, 0), (1, 4608, 49, 2, 0), (2, 5, 3, 4, 0),
+    (1, 9, 16, 1, 0), (2, 1024, 13, 2, 16), (1, 17, 9, 1, 3)])
+def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int, pad: int) -> None:
     x = RNG.standard_normal((n, rows, cols), dtype=np.float32)
-    y = np.full((n, cols, rows), np.nan, np.float32)
+    y = np.full((n, cols, rows + pad), np.nan, np.float32)
     for t in range(tasks):
-        _call("md_transpose", [x, y], transpose_dims(n, rows, cols, t, tasks))
-    assert np.array_equal(y, x.transpose(0, 2, 1))
+        _call("md_transpose", [x, y], transpose_dims(n, rows, cols, t, tasks, ld=rows + pad))
+    assert np.array_equal(y[:, :, :rows], x.transpose(0, 2, 1))
+    assert np.isnan(y[:, :, rows:]).all()  # the padding is left as it was
 
 
 @pytest.mark.parametrize(("n", "cin", "cout", "p", "residual", "bounds", "tasks"), [
@@ -134,6 +136,7 @@ def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int) -> No
     (3, 33, 16, 6, False, (0.0, 6.0), 1),
     (1, 300, 100, 23, True, (-math.inf, math.inf), 2),
     (2, 16, 32, 196, False, (0.0, math.inf), 4),
+    (2, 1024, 40, 11, True, (0.0, math.inf), 2),  # a pixel's channels at gemm_lda(1024): one line further
 ])
 def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual: bool,
                                   bounds: tuple[float, float], tasks: int) -> None:
@@ -145,14 +148,16 @@ def test_conv1x1t_matches_float64(n: int, cin: int, cout: int, p: int, residual:
     bias = np.zeros(-(-cout // width) * width, np.float32)
     bias[:cout] = RNG.standard_normal(cout, dtype=np.float32)
     res = RNG.standard_normal((n, cout, p), dtype=np.float32)
-    xt = np.full((n, p, cin), np.nan, np.float32)
+    ldx = gemm_lda(cin)
+    xt = np.full((n, p, ldx), np.nan, np.float32)  # (any padding is never read)
     flat = np.full(n * cout * p + NR, np.nan, np.float32)  # NR floats more: they must stay untouched
     y = flat[:n * cout * p].reshape(n, cout, p)
     packed = pack_gemm_weights(np.ascontiguousarray(w.T), width)
-    _call("md_transpose", [x, xt], transpose_dims(n, cin, p))
+    _call("md_transpose", [x, xt], transpose_dims(n, cin, p, ld=ldx))
     for t in range(tasks):
         _call("md_conv1x1t", [xt, packed, bias, res if residual else None, y],
-              conv1x1t_dims(n, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks))
+              conv1x1t_dims(n, cin, cout, p, residual=residual, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks,
+                            ldx=ldx))
     want = np.einsum("rk,nkp->nrp", w.astype(np.float64), x.astype(np.float64)) + bias[:cout, None]
     if residual:
         want += res
