@@ -131,13 +131,30 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         return NativeStep((call,), (workspace,) if workspace else ())
 
     routines = ["md_im2col_task", "md_sgemm", *(PRODUCT_ROUTINES if product is not None else ())]
-    strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
     if group > 1:  # a depthwise conv (one input channel per output channel) pads; others: md_conv2d
         depthwise_only = weight is not None and weight.shape[1] == 1 and weight.shape[0] == group
         routines += ["md_pad2d"] if depthwise_only else ["md_pad2d", "md_conv2d"]
-    elif weight is not None and weight.shape[2:] == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
-        routines += ["md_winograd_in", "md_winograd_out", *PRODUCT_ROUTINES]
+    elif winograd_possible(attrs, weight):
+        routines += [*WINOGRAD_ROUTINES, *PRODUCT_ROUTINES]
     return needing(lower, *routines)
+
+
+WINOGRAD_ROUTINES = ("md_winograd_in", "md_winograd_out")
+
+
+def winograd_possible(attrs: Mapping[str, Any], weight: np.ndarray | None) -> bool:
+    """Whether a conv may take Winograd at some input size: ungrouped, 3x3, stride and dilation
+    1 (its routines are compiled only then: ~0.6 s of LLVM that MobileNetV2 has no use for).
+
+    Example:
+        >>> winograd_possible({}, np.zeros((8, 8, 3, 3), np.float32))
+        True
+        >>> winograd_possible({"strides": [2, 2]}, np.zeros((8, 8, 3, 3), np.float32))
+        False
+    """
+    strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
+    return weight is not None and np.ndim(weight) == 4 and tuple(weight.shape[2:]) == (3, 3) \
+        and int(attrs.get("group") or 1) == 1 and list(strides) == [1, 1] and list(dilations) == [1, 1]
 
 
 SPLIT_IM2COL = True
@@ -261,7 +278,8 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
         step = im2col_product(product, sx, kernel, win, begin, out_hw, sources[0], residual, out)
         return step if step is not None else otherwise(inputs, outputs, symbols)
 
-    return needing(lower, *needs(otherwise), "md_im2col_task", "md_winograd_in", "md_winograd_out", *PRODUCT_ROUTINES)
+    winograd = WINOGRAD_ROUTINES if winograd_possible(attrs, weight) else ()
+    return needing(lower, *needs(otherwise), "md_im2col_task", *winograd, *PRODUCT_ROUTINES)
 
 
 def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
