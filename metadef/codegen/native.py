@@ -356,7 +356,8 @@ VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose",
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,
 md_bmm 304 -> 206 ms at the same speed; md_im2col_task 133 -> 48 ms, its calls in ResNet-50
-and MobileNetV2 timed level in program order, 2.5-3.6 and 0.21-0.28 ms either way).
+and MobileNetV2 timed level in program order, 2.5-3.6 and 0.21-0.28 ms either way; its stride-2
+rows are now gathered 16 at a time by hand).
 The Winograd input transform needs the vectorizer (3.0 -> 3.7-4.1 ms of ResNet-50's transforms
 without it); the output transform does not (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 

@@ -59,6 +59,43 @@ PAD2D_DIMS = ("planes", "h", "w", "pt", "pl", "hp", "wp", "task", "tasks")
 of the planes."""
 
 
+GATHER_LANES = 16
+"""Outputs a step of im2col's stride-2 rows: two 16-float loads, their even lanes kept."""
+
+
+def _strided_row(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Value, lo: ir.Value, hi: ir.Value,
+                 sw: ir.Value) -> None:
+    """``dst[q] = src[q * sw]`` for ``q`` in ``[lo, hi)``: a memcpy at stride 1; at stride 2
+    (strided convs, the stems) :data:`GATHER_LANES` outputs a step from one 32-float load, the
+    even lanes shuffled out, while the load stays inside the row (its last lane is at most
+    ``src[2 hi - 3]``), then one by one; other strides one by one."""
+    one, two = b.icmp_signed("==", sw, I64(1)), b.icmp_signed("==", sw, I64(2))
+    n = GATHER_LANES
+    wide = ir.VectorType(F32, 2 * n)
+    even = ir.Constant(ir.VectorType(ir.IntType(32), n), [2 * i for i in range(n)])
+
+    def scalar(start: ir.Value) -> None:
+        def copy(q: ir.Value) -> None:
+            b.store(b.load(_elem(b, src, b.mul(q, sw)), typ=F32), _elem(b, dst, q))
+        _loop(b, start, hi, copy)
+
+    with b.if_else(one) as (contiguous, strided):
+        with contiguous:
+            b.call(module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64]),
+                   [_elem(b, dst, lo), _elem(b, src, lo), b.mul(b.sub(hi, lo), I64(4)), ir.IntType(1)(0)])
+        with strided:
+            # whole steps while q + n < hi (so 2 (q + n) - 1 <= 2 hi - 3 is read, inside the row)
+            steps = b.select(two, b.sdiv(_smax(b, b.sub(b.sub(hi, lo), I64(1)), I64(0)), I64(n)), I64(0))
+
+            def step(i: ir.Value) -> None:
+                q = b.add(lo, b.mul(i, I64(n)))
+                pair = b.load(_elem(b, src, b.mul(q, I64(2))), typ=wide, align=4)
+                b.store(b.shuffle_vector(pair, ir.Constant(wide, ir.Undefined), even), _elem(b, dst, q),
+                        align=4)
+            _loop(b, I64(0), steps, step)
+            scalar(b.add(lo, b.mul(steps, I64(n))))
+
+
 def _im2col(module: ir.Module) -> ir.Function:
     """``col[(c*kh + r)*kw + s, y*ow + x] = X[c, (y0 + y)*sh - pt + r*dh, x*sw - pl + s*dw]`` (0
     outside) for the ``oh`` output rows from ``y0``."""
@@ -99,10 +136,7 @@ def _im2col(module: ir.Module) -> ir.Function:
                             src = _elem(b, xc, b.add(b.mul(ih, d["w"]), shift))
                             _zero(b, module, dst, I64(0), lo)
 
-                            def copy(q: ir.Value) -> None:
-                                v = b.load(_elem(b, src, b.mul(q, d["sw"])), typ=F32)
-                                b.store(v, _elem(b, dst, q))
-                            _loop(b, lo, hi, copy)
+                            _strided_row(b, module, src, dst, lo, hi, d["sw"])
                             _zero(b, module, dst, hi, d["ow"])
                         with otherwise:
                             _zero(b, module, dst, I64(0), d["ow"])

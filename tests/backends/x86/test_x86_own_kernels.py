@@ -109,6 +109,46 @@ def test_im2col_of_a_band_is_the_band_of_the_whole(c: int, h: int, w: int, k: in
             np.testing.assert_array_equal(band, whole[:, y0 * ow:(y0 + rows) * ow])
 
 
+def _im2col_reference(x: np.ndarray, k: int, strides: tuple[int, int], dilations: tuple[int, int],
+                      begin: tuple[int, int], oh: int, ow: int) -> np.ndarray:
+    c, h, w = x.shape
+    out = np.zeros((c, k, k, oh, ow), np.float32)
+    for r in range(k):
+        for t in range(k):
+            for y in range(oh):
+                ih = y * strides[0] - begin[0] + r * dilations[0]
+                if not 0 <= ih < h:
+                    continue
+                iw = np.arange(ow) * strides[1] - begin[1] + t * dilations[1]
+                ok = (iw >= 0) & (iw < w)
+                out[:, r, t, y, ok] = x[:, ih, iw[ok]]
+    return out.reshape(c * k * k, oh * ow)
+
+
+@pytest.mark.parametrize(("c", "h", "w", "k", "strides", "begin"), [
+    (3, 9, 224, 7, (2, 2), (3, 3)),  # ResNet's stem: rows of 112 outputs at stride 2
+    (2, 7, 113, 3, (2, 2), (1, 1)),  # an odd width: the last outputs one by one
+    (2, 6, 67, 3, (2, 2), (0, 0)),  # no padding: the last row of the input is read to its end
+    (2, 4, 97, 3, (2, 2), (0, 0)),  # 48 outputs, the last at the input's last float: no 32-float load there
+    (2, 5, 64, 1, (2, 2), (0, 0)),  # a strided 1x1 (a downsample)
+    (3, 5, 50, 3, (1, 1), (1, 1)),  # stride 1: a copy
+    (2, 6, 70, 3, (3, 3), (1, 1)),  # stride 3: one by one
+])
+def test_im2col_matches_numpy_and_reads_nothing_past_its_input(c: int, h: int, w: int, k: int,
+                                                                strides: tuple[int, int],
+                                                                begin: tuple[int, int]) -> None:
+    oh = (h + 2 * begin[0] - (k - 1) - 1) // strides[0] + 1
+    ow = (w + 2 * begin[1] - (k - 1) - 1) // strides[1] + 1
+    x, release = _guarded((c, h, w), at_end=True)
+    x[...] = RNG.standard_normal((c, h, w), dtype=np.float32)
+    values = {"c": c, "h": h, "w": w, "oh": oh, "ow": ow, "kh": k, "kw": k, "sh": strides[0], "sw": strides[1],
+              "dh": 1, "dw": 1, "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
+    cols = np.full((c * k * k, oh * ow), np.nan, np.float32)
+    _call("md_im2col_task", [x, cols], tuple(values[d] for d in IM2COL_DIMS))
+    np.testing.assert_array_equal(cols, _im2col_reference(np.array(x), k, strides, (1, 1), begin, oh, ow))
+    release()
+
+
 def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
     for depth, out_hw in [(147, (112, 112)), (27, (112, 112)), (576, (7, 7)), (4608, (14, 14)), (9000, (3, 3))]:
         bands = conv_lowering.im2col_bands(depth, out_hw)
