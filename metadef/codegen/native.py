@@ -351,15 +351,17 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", 
 code (md_gemm: 0.36 s of LLVM with it)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
                                 "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
-                                "md_bmm", "md_im2col_task"})
+                                "md_bmm", "md_im2col_task", "md_winograd_in"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,
 md_bmm 304 -> 206 ms at the same speed; md_im2col_task 133 -> 48 ms, its calls in ResNet-50
 and MobileNetV2 timed level in program order, 2.5-3.6 and 0.21-0.28 ms either way; its stride-2
 rows are now gathered 16 at a time by hand).
-The Winograd input transform needs the vectorizer (3.0 -> 3.7-4.1 ms of ResNet-50's transforms
-without it); the output transform does not (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
+The Winograd input transform gathers its tiles 16, 8 or 4 at a time by hand (349-490 -> ~200 ms
+of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x28 0.13 -> 0.09,
+14x14 0.10-0.11 -> 0.08, 7x7 0.08 -> 0.07 ms); the output transform needs no vectorizer either
+(measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 
 MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker")}
 """The symbols of a routine's module besides the routine (by the routine's name)."""

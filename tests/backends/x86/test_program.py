@@ -201,7 +201,8 @@ def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
 @pytest.mark.parametrize(("choice", "products"), [
     ("winograd", "sgemm"), ("winograd", "own micro-kernel, epilogue fused"),
     ("winograd", "own micro-kernel, pixels as rows"), ("im2col", None)])
-@pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1)])
+# (rows of 3, 5, 6, 10, 17 and 32 tiles: the input transform takes 4, 8 or 16 at a time)
+@pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1), (20, 1), (33, 1), (64, 1)])
 def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest.MonkeyPatch, choice: str,
                                                              products: str | None, size: int, pad: int) -> None:
     """Winograd's 16 products through sgemm or our kernels (pixels as columns where a tile
