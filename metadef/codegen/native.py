@@ -346,9 +346,11 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", "md_depthwise", "md_maxpool3x3"})
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", "md_depthwise", "md_maxpool3x3",
+                              "md_sgemm"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
-code (md_gemm: 0.36 s of LLVM with it)."""
+code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
+output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
                                 "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
                                 "md_bmm", "md_im2col_task", "md_winograd_in"})
