@@ -46,6 +46,7 @@ from typing import Any
 import xxhash
 
 from metadef.cache.keys import LEVELS, CacheKey, explain_difference
+from metadef.codegen.host import record_folder
 from metadef.core import flags
 
 log = logging.getLogger("metadef.cache")
@@ -340,12 +341,16 @@ class Store:
                 "bytes": sum(v["bytes"] for v in levels.values())}
 
     def clear(self) -> int:
-        """Delete every entry and the counters; how many entries were deleted."""
+        """Delete every entry, the counters and the host records beside them (the next process
+        asks LLVM to describe the host again); how many entries were deleted."""
         removed = 0
         for p in list(self._files()):
             with contextlib.suppress(OSError):
                 p.unlink()
                 removed += 1
+        for p in record_folder(self.root.parent).glob("*.json"):
+            with contextlib.suppress(OSError):
+                p.unlink()
         with contextlib.suppress(OSError):
             (self.root / "stats.json").unlink()
         self._pending.clear()

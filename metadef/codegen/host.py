@@ -90,8 +90,18 @@ def host_fingerprint() -> str | None:
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def record_folder(cache_dir: Path | None = None) -> Path:
+    """Where the host records of a cache directory (default: ``METADEF_CACHE_DIR``) lie.
+
+    Example:
+        >>> record_folder(Path("/tmp/c")).as_posix()
+        '/tmp/c/hosts'
+    """
+    return (flags.CACHE_DIR.get() if cache_dir is None else cache_dir) / "hosts"
+
+
 def _record_path(fingerprint: str) -> Path:
-    return flags.CACHE_DIR.get() / "hosts" / f"{fingerprint}.json"
+    return record_folder() / f"{fingerprint}.json"
 
 
 def _read_record(path: Path) -> HostTarget | None:
@@ -189,5 +199,5 @@ def toolchain() -> dict[str, str]:
             "cpu_features": host.features, "pipeline": PIPELINE, "codegen": source_digest()}
 
 
-__all__ = ["PIPELINE", "HostTarget", "ask_llvm", "generate", "host_fingerprint", "host_target", "source_digest",
-           "toolchain"]
+__all__ = ["PIPELINE", "HostTarget", "ask_llvm", "generate", "host_fingerprint", "host_target", "record_folder",
+           "source_digest", "toolchain"]

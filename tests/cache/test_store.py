@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from metadef.cache import Store, kernel_key, model_key, shape_key
 from metadef.cache.store import decode_entry
 from metadef.cli_cache import cache_group
+from metadef.codegen.host import record_folder
 
 ENV = {"metadef": "0.1.0", "llvm": "22.1.0", "triple": "x86_64-unknown-linux-gnu",
        "cpu_features": "+avx2,+fma,-avx512f,-avx512bw", "pipeline": "O3"}
@@ -116,6 +117,10 @@ def test_stats_persist_and_cli_info_clear() -> None:
     assert out.exit_code == 0 and "kernel" in out.output
     row = next(line for line in out.output.splitlines() if line.startswith("kernel"))
     assert row.split()[1:2] == ["1"]
+    records = record_folder()
+    records.mkdir(parents=True, exist_ok=True)
+    (records / "0123456789abcdef.json").write_text("{}")  # a host record: cleared too
     out = runner.invoke(cache_group, ["clear"])
     assert out.exit_code == 0 and "removed 1 entries" in out.output
     assert Store().info()["levels"]["kernel"]["entries"] == 0
+    assert not list(records.glob("*.json"))
