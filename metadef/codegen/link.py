@@ -43,7 +43,6 @@ from metadef.core.errors import BackendError
 _LOCK = threading.RLock()
 _COUNT = [0]
 _GLOBALS: dict[str, int] = {}
-_MAPPINGS: list[tuple[int, int]] = []  # (address, size): linked code lives as long as the process
 
 PAGE = mmap.PAGESIZE
 MAX_IMAGE = 1 << 30
@@ -146,10 +145,18 @@ def read_symbols(data: bytes, sections: list[Section]) -> list[Symbol]:
     return symbols
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mprotect.restype = ctypes.c_int
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
 @cache
 def _libraries() -> tuple[ctypes.CDLL, ...]:
-    process = ctypes.CDLL(None)
-    found = [process]
+    found = [_libc]  # the process: libc and whatever it has loaded
     for lib in ("m", "gcc_s"):
         path = ctypes.util.find_library(lib)
         if path:
@@ -174,28 +181,17 @@ def process_symbol(symbol: str) -> int | None:
     return _GLOBALS.get(symbol)
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mprotect.restype = ctypes.c_int
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
 def _map(size: int) -> int:
     if size > MAX_IMAGE:
         raise BackendError(f"linked code would take {size} bytes (more than {MAX_IMAGE}): damaged object code?")
     address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     if address in (None, ctypes.c_void_p(-1).value):
         raise BackendError(f"cannot map {size} bytes for linked code (errno {ctypes.get_errno()})")
-    _MAPPINGS.append((address, size))
-    return address
+    return address  # (linked code lives as long as the process: it is never unmapped once linked)
 
 
 def _unmap(address: int, size: int) -> None:
     _libc.munmap(address, size)
-    _MAPPINGS.remove((address, size))
 
 
 def _protect(address: int, size: int, prot: int) -> None:

@@ -63,6 +63,13 @@ GATHER_LANES = 16
 """Outputs a step of im2col's stride-2 rows: two 16-float loads, their even lanes kept."""
 
 
+def _lanes_of(b: ir.IRBuilder, pair: ir.Value, odd: bool) -> ir.Value:
+    """The even (or odd) lanes of ``pair``, a vector of ``2 L`` floats: a vector of ``L``."""
+    lanes = pair.type.count // 2
+    picks = ir.Constant(ir.VectorType(I32, lanes), [2 * i + int(odd) for i in range(lanes)])
+    return b.shuffle_vector(pair, ir.Constant(pair.type, ir.Undefined), picks)
+
+
 def _strided_row(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Value, lo: ir.Value, hi: ir.Value,
                  sw: ir.Value) -> None:
     """``dst[q] = src[q * sw]`` for ``q`` in ``[lo, hi)``: a memcpy at stride 1; at stride 2
@@ -72,7 +79,6 @@ def _strided_row(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Valu
     one, two = b.icmp_signed("==", sw, I64(1)), b.icmp_signed("==", sw, I64(2))
     n = GATHER_LANES
     wide = ir.VectorType(F32, 2 * n)
-    even = ir.Constant(ir.VectorType(ir.IntType(32), n), [2 * i for i in range(n)])
 
     def scalar(start: ir.Value) -> None:
         def copy(q: ir.Value) -> None:
@@ -90,8 +96,7 @@ def _strided_row(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Valu
             def step(i: ir.Value) -> None:
                 q = b.add(lo, b.mul(i, I64(n)))
                 pair = b.load(_elem(b, src, b.mul(q, I64(2))), typ=wide, align=4)
-                b.store(b.shuffle_vector(pair, ir.Constant(wide, ir.Undefined), even), _elem(b, dst, q),
-                        align=4)
+                b.store(_lanes_of(b, pair, odd=False), _elem(b, dst, q), align=4)
             _loop(b, I64(0), steps, step)
             scalar(b.add(lo, b.mul(steps, I64(n))))
 
@@ -393,14 +398,12 @@ def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
 
     def gathered(lanes: int, tx: ir.Value) -> None:
         wide = ir.VectorType(F32, 2 * lanes)
-        picks = [ir.Constant(ir.VectorType(I32, lanes), [2 * i + odd for i in range(lanes)]) for odd in (0, 1)]
         left = _elem(b, p, b.mul(tx, I64(m)))
         rows = []
         for i in range(a):
             line = _elem(b, left, b.mul(I64(i), wp))
             pairs = [b.load(_elem(b, line, I64(shift)), typ=wide, align=4) for shift in (0, 2)]
-            rows.append([b.shuffle_vector(pairs[j // 2], ir.Constant(wide, ir.Undefined), picks[j % 2])
-                         for j in range(a)])
+            rows.append([_lanes_of(b, pairs[j // 2], odd=j % 2 == 1) for j in range(a)])
         transform(rows, tx)
 
     def by(lanes: int) -> None:
