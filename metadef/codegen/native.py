@@ -14,7 +14,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   a 1x1 stride-1 unpadded conv reads its input in place.
 - ``md_col2im``: ConvTranspose's columns (``W^T X`` by sgemm) added into the output planes.
 - ``md_winograd_in`` / ``md_winograd_out``: the transforms of a 3x3 stride-1 conv as Winograd
-  F(2x2, 3x3), around a batched sgemm of 16 products.
+  F(2x2, 3x3), around 16 products; ``md_winograd4_in`` / ``_out`` as F(4x4, 3x3), around 36
+  (:mod:`.native_winograd`).
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
   activation applied before the store (:mod:`.native_gemm`); ``md_conv1x1t`` the same with
   the pixels as the tile's rows (small images: a 7x7 plane is 49 rows, not four 16-pixel blocks).
@@ -65,15 +66,11 @@ from metadef.codegen.native_conv import (
     CONV2D_DIMS,
     IM2COL_DIMS,
     PAD2D_DIMS,
-    WINOGRAD_DIMS,
-    WINOGRAD_TASK_DIMS,
     _col2im,
     _conv2d,
     _im2col,
     _im2col_task,
     _pad2d,
-    _winograd_phases,
-    winograd_workspace,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
 from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
@@ -97,6 +94,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
+from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
 from metadef.core.errors import BackendError
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
@@ -335,6 +333,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_im2col_task": _im2col_task,
     "md_winograd_in": lambda module: _winograd_phases(module, ("in",)),
     "md_winograd_out": lambda module: _winograd_phases(module, ("out",)),
+    "md_winograd4_in": lambda module: _winograd_phases(module, ("in",), m=4),
+    "md_winograd4_out": lambda module: _winograd_phases(module, ("out",), m=4),
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
     "md_conv1x1t": _conv1x1t,
@@ -347,13 +347,13 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", "md_depthwise", "md_maxpool3x3",
-                              "md_sgemm"})
+                              "md_sgemm", "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
                                 "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
-                                "md_bmm", "md_im2col_task", "md_winograd_in"})
+                                "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in", "md_winograd4_out"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,

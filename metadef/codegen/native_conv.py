@@ -1,15 +1,13 @@
-"""The native convolution routines (see :mod:`.native`): im2col + sgemm, Winograd F(2x2, 3x3),
-col2im (ConvTranspose's scatter of sgemm's columns), and the zero padding the generated
-depthwise kernels read.
+"""The native convolution routines (see :mod:`.native`): im2col + sgemm, col2im
+(ConvTranspose's scatter of sgemm's columns), and the zero padding the generated depthwise
+kernels read (Winograd's transforms: :mod:`.native_winograd`).
 
 Example:
-    >>> winograd_workspace(64, 64, 56, 56) > 0
-    True
+    >>> IM2COL_DIMS[:3]
+    ('c', 'h', 'w')
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -22,13 +20,10 @@ from metadef.codegen.native_ir import (
     I64,
     PTR,
     _arg,
-    _bounded,
     _Callee,
     _define,
     _elem,
-    _float_bits,
     _if,
-    _internal,
     _load_if,
     _loop,
     _share,
@@ -40,14 +35,6 @@ from metadef.codegen.native_ir import (
 CONV2D_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl",
                "group", "has_bias")
 """The dims of ``md_conv2d``: args are ``[x, w, y, workspace, cblas_sgemm, bias]``."""
-
-WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias", "lo", "hi")
-"""The shape dims of a Winograd F(2x2, 3x3) conv (see :data:`WINOGRAD_TASK_DIMS`); its
-workspace is :func:`winograd_workspace` floats and its weights ``u`` are transformed, ``[16, K, C]``;
-``lo`` and ``hi`` (float32 bits) bound the output (Relu, Clip), as the output transform stores it."""
-
-WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
-"""The dims of ``md_winograd_in`` and ``md_winograd_out`` (one image: ``n`` is 1)."""
 
 IM2COL_DIMS = ("c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "y0", "task", "tasks")
 """The dims of ``md_im2col_task``: args are ``[x, col]``; the columns of output rows ``[y0, y0 +
@@ -292,249 +279,6 @@ def _pad_plane(b: ir.IRBuilder, module: ir.Module, src: ir.Value, dst: ir.Value,
     _zero(b, module, dst, b.mul(b.add(pt, h), wp), b.mul(hp, wp))
 
 
-WINOGRAD_BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
-"""``Bᵀ`` of Winograd F(2x2, 3x3): the input transform ``V = Bᵀ d B`` of a 4x4 tile ``d``."""
-
-WINOGRAD_AT = ((1, 1, 1, 0), (0, 1, -1, -1))
-"""``Aᵀ``: the output transform ``Aᵀ M A`` of a product tile into 2x2 outputs."""
-
-WINOGRAD_M = 2
-"""The output tile's size (``m`` of F(m x m, 3x3)); input tiles are ``m + 2`` wide. F(4x4, 3x3)
-(4x fewer multiplications, against 2.25x) measured no faster on ResNet-50's shapes here: its
-6x6 transforms, which LLVM vectorizes poorly over a plane's few tiles per row, ate the saving."""
-
-
-WINOGRAD_SKEW = 16
-"""Floats between one transformed element's plane and the next, past their ``C x tiles`` (or
-``K x tiles``) values: the ``a²`` planes a tile's values go to (and its products come from)
-would otherwise lie a multiple of 4 KiB apart for many shapes (ResNet's 56x56 with 64
-channels: 196 KiB), all in one set of the L1 cache."""
-
-
-class WinogradPlan(NamedTuple):
-    """The workspace of one image's Winograd conv, in floats: V (``a²`` planes of
-    ``[C, tiles]``, ``v_stride`` apart; later the whole output tiles) from 0, then M (``a²``
-    planes of ``[K, tiles]``, ``m_stride`` apart; first the padded image) from ``m_offset``."""
-
-    tiles: int
-    v_stride: int
-    m_stride: int
-    m_offset: int
-    floats: int
-
-
-def winograd_plan(c: int, k: int, oh: int, ow: int) -> WinogradPlan:
-    """The workspace layout the Winograd routines use (see :class:`WinogradPlan`).
-
-    Example:
-        >>> winograd_plan(64, 64, 56, 56)[:3]  # tiles, then 64 * 784 + 16 floats per plane
-        (784, 50192, 50192)
-    """
-    m = WINOGRAD_M
-    a, th, tw = m + 2, -(-oh // m), -(-ow // m)
-    tiles = th * tw
-    v_stride, m_stride = c * tiles + WINOGRAD_SKEW, k * tiles + WINOGRAD_SKEW
-    m_offset = max(a * a * v_stride, m * m * k * tiles)
-    return WinogradPlan(tiles, v_stride, m_stride, m_offset,
-                        m_offset + max(a * a * m_stride, c * (m * th + 2) * (m * tw + 2)))
-
-
-def winograd_workspace(c: int, k: int, oh: int, ow: int) -> int:
-    """The floats of a Winograd conv's workspace (one image): two regions, the
-    first for V (then the whole output tiles, once V is read), the second for the padded image
-    (then M, once the image is transformed).
-
-    Example:
-        >>> winograd_workspace(1, 1, 2, 2)
-        544
-    """
-    return winograd_plan(c, k, oh, ow).floats
-
-
-def _combine(b: ir.IRBuilder, coefficients: tuple[int, ...], values: list[ir.Value]) -> ir.Value:
-    """``sum_i coefficients[i] * values[i]``: zero terms skipped, ±1 as adds and subtractions."""
-    total: ir.Value | None = None
-    for coefficient, value in zip(coefficients, values):
-        if coefficient == 0:
-            continue
-        term = value if abs(coefficient) == 1 else b.fmul(value, F32(float(abs(coefficient))))
-        if total is None:
-            total = term if coefficient > 0 else b.fneg(term)
-        else:
-            total = b.fadd(total, term) if coefficient > 0 else b.fsub(total, term)
-    assert total is not None
-    return total
-
-
-def _winograd_rows(module: ir.Module) -> tuple[ir.Function, ir.Function]:
-    """One row of tiles each way: ``in(p, v, tw, wp, v_stride)`` transforms the ``m + 2`` padded
-    image rows at ``p`` into ``v[e * v_stride + tx]``; ``out(m, o, tw, o_row, m_stride, bias)``
-    turns ``m[e * m_stride + tx]`` into ``m`` output rows at ``o``. Separate functions with
-    ``noalias`` pointers, so the tile loops vectorize."""
-    bt, at, m = WINOGRAD_BT, WINOGRAD_AT, WINOGRAD_M
-    a = m + 2
-    row_in, b = _internal(module, "md_winograd_in_row", [PTR, PTR, I64, I64, I64], (0, 1))
-    p, v, tw, wp, v_stride = row_in.args
-
-    def transform(rows: list[list[ir.Value]], tx: ir.Value) -> None:
-        t = [[_combine(b, bt[r], [rows[i][j] for i in range(a)]) for j in range(a)] for r in range(a)]
-        for r in range(a):
-            for col in range(a):
-                b.store(_combine(b, bt[col], t[r]), _elem(b, v, b.add(b.mul(I64(r * a + col), v_stride), tx)),
-                        align=4)
-
-    def tile_in(tx: ir.Value) -> None:
-        left = _elem(b, p, b.mul(tx, I64(m)))
-        transform([[b.load(_elem(b, left, b.add(b.mul(I64(i), wp), I64(j))), typ=F32) for j in range(a)]
-                   for i in range(a)], tx)
-
-    # tiles a vector at once: tile tx's columns 2tx .. 2tx+3 are the even and odd lanes of
-    # loads of 2 L floats at 2tx and 2tx+2 (the last read, 2tx+2L+1, is inside the padded row
-    # of 2 tw + 2 floats while tx + L <= tw). A row of tw >= L tiles goes L at a time, its last
-    # step ending at tw (overlapping the one before: tiles are independent, so the overlap
-    # writes the same values again): 16 lanes from 16 tiles, 8 from 8, 4 from 4; fewer tiles
-    # one at a time. No loop is left for LLVM's vectorizer (md_winograd_in compiles without it).
-    assert m == 2, "the gathered tiles assume F(2x2, 3x3)"
-
-    def gathered(lanes: int, tx: ir.Value) -> None:
-        wide = ir.VectorType(F32, 2 * lanes)
-        left = _elem(b, p, b.mul(tx, I64(m)))
-        rows = []
-        for i in range(a):
-            line = _elem(b, left, b.mul(I64(i), wp))
-            pairs = [b.load(_elem(b, line, I64(shift)), typ=wide, align=4) for shift in (0, 2)]
-            rows.append([_lanes_of(b, pairs[j // 2], odd=j % 2 == 1) for j in range(a)])
-        transform(rows, tx)
-
-    def by(lanes: int) -> None:
-        steps = b.sdiv(tw, I64(lanes))
-        _loop(b, I64(0), steps, lambda step: gathered(lanes, b.mul(step, I64(lanes))))
-        _if(b, b.icmp_signed("!=", b.srem(tw, I64(lanes)), I64(0)), lambda: gathered(lanes, b.sub(tw, I64(lanes))))
-
-    def widest(options: list[int]) -> None:
-        if not options:
-            _loop(b, I64(0), tw, tile_in)
-            return
-        with b.if_else(b.icmp_signed(">=", tw, I64(options[0]))) as (enough, fewer):
-            with enough:
-                by(options[0])
-            with fewer:
-                widest(options[1:])
-    widest([GATHER_LANES, 8, 4])
-    b.ret_void()
-
-    row_out, b = _internal(module, "md_winograd_out_row", [PTR, PTR, I64, I64, I64, F32, F32, F32], (0, 1))
-    m_row, o, tw, o_row, m_stride, beta, lo, hi = row_out.args
-
-    def tile_out(tx: ir.Value) -> None:
-        tile = [[b.load(_elem(b, m_row, b.add(b.mul(I64(r * a + col), m_stride), tx)), typ=F32)
-                 for col in range(a)] for r in range(a)]
-        s = [[_combine(b, at[i], [tile[r][j] for r in range(a)]) for j in range(a)] for i in range(m)]
-        corner = _elem(b, o, b.mul(tx, I64(m)))
-        for i in range(m):
-            for j in range(m):
-                value = b.fadd(_combine(b, at[j], s[i]), beta)
-                b.store(_bounded(b, value, lo, hi), _elem(b, corner, b.add(b.mul(I64(i), o_row), I64(j))))
-    _loop(b, I64(0), tw, tile_out)
-    b.ret_void()
-    return row_in, row_out
-
-
-class _WinogradLayout:
-    """Tiles, strides and the workspace's regions of one image (see :func:`winograd_workspace`):
-    V (then the whole output tiles), and the padded image (then M)."""
-
-    def __init__(self, b: ir.IRBuilder, d: dict[str, ir.Value], work: ir.Value) -> None:
-        m = self.m = WINOGRAD_M
-        a = m + 2
-        self.th = b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m))
-        self.tw = b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))
-        self.tiles = b.mul(self.th, self.tw)
-        self.hp, self.wp = b.add(b.mul(self.th, I64(m)), I64(2)), b.add(b.mul(self.tw, I64(m)), I64(2))
-        self.plane, self.out_plane = b.mul(d["h"], d["w"]), b.mul(d["oh"], d["ow"])
-        self.padded_plane = b.mul(self.hp, self.wp)
-        skew = I64(WINOGRAD_SKEW)  # (the layout of winograd_plan)
-        self.v_stride, self.m_stride = b.add(b.mul(d["c"], self.tiles), skew), b.add(b.mul(d["k"], self.tiles), skew)
-        self.v_base = self.o_base = work  # the output tiles once V is read
-        self.m_base = self.p_base = _elem(b, work, _smax(b, b.mul(I64(a * a), self.v_stride),
-                                                         b.mul(I64(m * m), b.mul(d["k"], self.tiles))))
-        self.direct = b.and_(b.icmp_signed("==", b.srem(d["oh"], I64(m)), I64(0)),
-                             b.icmp_signed("==", b.srem(d["ow"], I64(m)), I64(0)))
-        self.o_row = b.select(self.direct, d["ow"], b.mul(self.tw, I64(m)))
-
-
-def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dict[str, ir.Value],
-                 lay: _WinogradLayout, xn: ir.Value, first: ir.Value, last: ir.Value) -> None:
-    """Channels ``[first, last)`` of one image: zero-padded to whole tiles, then ``V = Bᵀ d B``."""
-    def channel(c: ir.Value) -> None:
-        pc = _elem(b, lay.p_base, b.mul(c, lay.padded_plane))
-        _pad_plane(b, module, _elem(b, xn, b.mul(c, lay.plane)), pc, d["h"], d["w"], d["pt"], d["pl"],
-                   lay.hp, lay.wp)
-
-        def tile_row(ty: ir.Value) -> None:
-            top = _elem(b, pc, b.mul(b.mul(ty, I64(lay.m)), lay.wp))
-            b.call(row_in, [top, _elem(b, lay.v_base, b.add(b.mul(c, lay.tiles), b.mul(ty, lay.tw))), lay.tw,
-                            lay.wp, lay.v_stride])
-        _loop(b, I64(0), lay.th, tile_row)
-    _loop(b, first, last, channel)
-
-
-def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: dict[str, ir.Value],
-                  lay: _WinogradLayout, yn: ir.Value, bias: ir.Value, first: ir.Value, last: ir.Value) -> None:
-    """Output channels ``[first, last)`` of one image: each ``M`` tile becomes ``Aᵀ m A`` (+ bias)."""
-    has_bias = b.icmp_signed("!=", d["has_bias"], I64(0))
-    lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
-
-    def out_channel(k: ir.Value) -> None:
-        beta = _load_if(b, has_bias, lambda: _elem(b, bias, k), F32(0.0))
-        yk = _elem(b, yn, b.mul(k, lay.out_plane))
-        dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(lay.m * lay.m)))))
-
-        def tile_row(ty: ir.Value) -> None:
-            first_tile = _elem(b, lay.m_base, b.add(b.mul(k, lay.tiles), b.mul(ty, lay.tw)))
-            b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(lay.m)), lay.o_row)), lay.tw, lay.o_row,
-                             lay.m_stride, beta, lo, hi])
-        _loop(b, I64(0), lay.th, tile_row)
-
-        def crop() -> None:
-            def row(r: ir.Value) -> None:
-                b.call(module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64]),
-                       [_elem(b, yk, b.mul(r, d["ow"])), _elem(b, dst, b.mul(r, lay.o_row)),
-                        b.mul(d["ow"], I64(4)), ir.IntType(1)(0)])
-            _loop(b, I64(0), d["oh"], row)
-        _if(b, b.not_(lay.direct), crop)
-    _loop(b, first, last, out_channel)
-
-
-def _winograd_phases(module: ir.Module, phases: tuple[str, ...] = ("in", "out")) -> None:
-    """A 3x3 stride-1 conv as Winograd F(2x2, 3x3), in the phases a program runs per image:
-    the input is zero-padded to whole tiles and each 4x4 tile becomes ``V = Bᵀ d B`` (16 values,
-    laid out ``[16, C, tiles]``, the planes :data:`WINOGRAD_SKEW` floats apart); 16 products
-    ``M[e] = U[e] V[e]`` (``[K, C] x [C, tiles]``, between the phases); each ``M`` tile becomes
-    the 2x2 output ``Aᵀ m A`` (+ bias), written in place or, for odd output sizes, into whole
-    tiles and cropped. The tile loops have no conditions, so LLVM vectorizes them. 2.25x fewer
-    multiplications than the direct conv; the layout is :func:`winograd_plan`'s.
-
-    ``md_winograd_in`` (args ``[x, work]``: task ``task`` of ``tasks`` pads and transforms its
-    share of one image's channels into V) and ``md_winograd_out`` (args ``[work, y, bias]``: its
-    share of the output channels from M), each in its own module (``phases``: which to build
-    here; the output transform compiles without LLVM's vectorizers at the same speed); dims
-    :data:`WINOGRAD_TASK_DIMS`, ``n`` is 1."""
-    row_in, row_out = _winograd_rows(module)
-    for phase in phases:
-        b, args, dims = _define(module, f"md_winograd_{phase}")
-        d = {name: _arg(b, dims, i, I64) for i, name in enumerate(WINOGRAD_TASK_DIMS)}
-        if phase == "in":
-            x, work = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
-            first, last = _share(b, d["c"], d)
-            _winograd_in(b, module, row_in, d, _WinogradLayout(b, d, work), x, first, last)
-        else:
-            work, y, bias = (_arg(b, args, i, PTR) for i in range(3))
-            first, last = _share(b, d["k"], d)
-            _winograd_out(b, module, row_out, d, _WinogradLayout(b, d, work), y, bias, first, last)
-        b.ret_void()
-
-
 def _pad2d(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_pad2d")
     x, out = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
@@ -561,5 +305,4 @@ def _pad2d(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["COL2IM_DIMS", "CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS",
-           "winograd_workspace"]
+__all__ = ["COL2IM_DIMS", "CONV2D_DIMS", "IM2COL_DIMS", "PAD2D_DIMS"]

@@ -51,6 +51,7 @@ import numpy as np
 
 from metadef.analysis.samples import separable_symbol
 from metadef.backends.base import plan_frees
+from metadef.backends.x86.conv_lowering import winograd_limit
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.parallel import helpers
@@ -456,6 +457,7 @@ class X86Backend:
             raise BackendError(f"the x86 backend takes only threads=, cache= and progress=, got {sorted(options)}")
         if threads is not None:
             set_threads(threads)
+        winograd_limit()  # a bad METADEF_WINOGRAD is refused here, not found by a lowering
         if not cache:
             verify(graph, types=True)
             return X86Executable(graph, threads, progress=progress)

@@ -233,11 +233,12 @@ class WeightProduct:
         return measured_choice(key, candidates)[0]
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
-              what: str, y_stride: int | None = None) -> tuple[list[Call], int]:
+              what: str, y_stride: int | None = None, split_from: int = PARALLEL_PRODUCT) -> tuple[list[Call], int]:
         """The calls of ``kind`` (``OWN``, ``OWN_C`` or ``OWN_T``) over ``n`` images of ``p``
         pixels, and the bytes of workspace they need at ``work``; ``y_stride`` (``OWN`` and
         ``OWN_C`` only): the floats between rows of the output and residual, when ``x`` holds
-        a band of an image's pixels."""
+        a band of an image's pixels; ``split_from``: the multiply-adds from which a product
+        splits across threads."""
         lo, hi = self.bounds
         cout, depth = self.cout, self.depth
         packed, zeros = self.packed(kind)
@@ -254,7 +255,7 @@ class WeightProduct:
             outer = -(-cout // conv1x1_rows()) if order else -(-p // conv1x1_width())
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
-                if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * outer < count:
+                if count < 2 or n * cout * p * depth < split_from or n * outer < count:
                     return None
                 return [conv1x1_dims(n, depth, cout, p, **base, order=order, task=t, tasks=count)
                         for t in range(count)]
@@ -270,7 +271,7 @@ class WeightProduct:
             return [transpose_dims(n, depth, p, t, count, ld=ldx) for t in range(count)]
 
         def row_tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * cout * p * depth < PARALLEL_PRODUCT or n * -(-cout // gemm_panel()) < count:
+            if count < 2 or n * cout * p * depth < split_from or n * -(-cout // gemm_panel()) < count:
                 return None
             return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count, ldx=ldx) for t in range(count)]
 

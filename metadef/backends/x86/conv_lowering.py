@@ -1,17 +1,20 @@
 """Convolutions lowered to native calls: im2col + split sgemm per image, Winograd F(2x2, 3x3)
-in three split phases per image (when it measures faster), grouped convs through
+or F(4x4, 3x3) in three split phases per image (whichever measures fastest), grouped convs through
 ``md_conv2d``, depthwise convs through a padded copy and a generated kernel (the 3x3 ones take
 our own ``md_depthwise``, see :mod:`.conv1x1`).
 
 Example:
     >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32)).shape
     (16, 2, 3)
+    >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32), m=4).shape
+    (36, 2, 3)
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, OWN, OWN_C, PRODUCT_ROUTINES, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, OWN, OWN_C, OWN_T, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -40,29 +43,60 @@ from metadef.backends.x86.native import (
     timed_call,
 )
 from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
-from metadef.codegen.native_conv import winograd_plan
-from metadef.codegen.native_gemm import conv1x1_width
+from metadef.codegen.native_gemm import (
+    conv1x1_dims,
+    conv1x1_rows,
+    conv1x1_width,
+    conv1x1t_dims,
+    gemm_lda,
+    gemm_panel,
+    transpose_dims,
+)
+from metadef.codegen.native_winograd import (
+    WINOGRAD_SIZES,
+    phase_routine,
+    winograd_fits,
+    winograd_matrices,
+    winograd_plan,
+)
+from metadef.core.errors import BackendError
 from metadef.format import release_mapped
 from metadef.ops.defs.nn_pool import window
 
-WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
-
-def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """``U = G g Gᵀ`` for each 3x3 filter of ``w [K, C, 3, 3]``, laid out ``[16, K, C]``.
+def winograd_weights(w: np.ndarray, m: int = 2) -> np.ndarray:
+    """``U = G g Gᵀ`` of F(m x m, 3x3) for each 3x3 filter of ``w [K, C, 3, 3]``, laid out
+    ``[a², K, C]`` (``a = m + 2``).
 
     Example:
-        >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32)).shape
-        (16, 2, 3)
+        >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32))[:, 0, 0].reshape(4, 4)[0].tolist()
+        [1.0, 1.5, 0.5, 1.0]
     """
     k, c = w.shape[:2]
-    # U[a*4+b, k, c] = sum_ij G[a,i] G[b,j] g[k,c,i,j]: one product with kron(G, G), written
+    g = np.array(winograd_matrices(m)[1])
+    # U[a*A+b, k, c] = sum_ij G[a,i] G[b,j] g[k,c,i,j]: one float32 product with kron(G, G)
+    # (sgemm: a float64 one, or the weights cast, took ResNet-50's first run 0.34 s), written
     # straight in its final layout (no transposed copies of the weights)
-    both = np.kron(WINOGRAD_G, WINOGRAD_G).astype(np.float32)  # [16, 9]
+    both = np.kron(g, g).astype(np.float32)  # [a², 9]
     filters = np.ascontiguousarray(w, np.float32).reshape(k * c, 9)
-    u = np.matmul(both, filters.T).reshape(16, k, c)
+    u = np.matmul(both, filters.T).reshape(len(both), k, c)
     release_mapped(w)  # a weight mapped from a .mdef file: its pages leave the RSS
     return u
+
+
+class _WinogradWeights:
+    """A conv's Winograd weights and the products of each tile size, made on first use."""
+
+    def __init__(self, weight: np.ndarray) -> None:
+        self.weight = weight
+        self.u: dict[int, np.ndarray] = {}
+        self.products: dict[int, list[WeightProduct]] = {}
+
+    def of(self, m: int) -> tuple[np.ndarray, list[WeightProduct]]:
+        if m not in self.u:
+            self.u[m] = u = winograd_weights(np.asarray(self.weight, np.float32), m)
+            self.products[m] = [WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf)) for t in range(len(u))]
+        return self.u[m], self.products[m]
 
 
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
@@ -76,8 +110,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     ``product``: the conv's constant weights, whose im2col products may take our kernels
     where they measure faster than sgemm (:func:`im2col_product`)."""
     group = int(attrs.get("group") or 1)
-    transformed: list[np.ndarray] = []
-    per_product: list[WeightProduct] = []
+    winograd = _WinogradWeights(weight) if weight is not None else None
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -103,10 +136,8 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
         taps = kernel[0] * kernel[1]
         if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) and group == 1 \
                 and weight is not None and weight.shape == tuple(sw) and min(c, k) >= 8:
-            if not transformed:
-                transformed.append(winograd_weights(weight))
-            step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, transformed[0],
-                                       per_product)
+            assert winograd is not None
+            step = _winograd_or_im2col(sx, sw, (oh, ow), begin, has_bias, sources, bias, out, winograd)
             if step is not None:
                 return step
         direct = taps == 1 and tuple(win.strides) == (1, 1) and not any(begin)
@@ -139,7 +170,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
     return needing(lower, *routines)
 
 
-WINOGRAD_ROUTINES = ("md_winograd_in", "md_winograd_out")
+WINOGRAD_ROUTINES = tuple(phase_routine(m, phase) for m in WINOGRAD_SIZES for phase in ("in", "out"))
 
 
 def winograd_possible(attrs: Mapping[str, Any], weight: np.ndarray | None) -> bool:
@@ -185,39 +216,111 @@ def _bound_bits(bounds: tuple[float, float]) -> tuple[int, int]:
     return tuple(struct.unpack("<I", struct.pack("<f", v))[0] for v in bounds)  # type: ignore[return-value]
 
 
-def winograd_wins(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool) -> tuple[bool, str]:
-    """Whether Winograd F(2x2,3x3) measures faster than im2col + sgemm for a 3x3 stride-1 conv
-    on these shapes (timed on one image of ones, once per shape), and the timings."""
+WINOGRAD_SPLIT = 1 << 18
+"""A Winograd product splits across threads from this many multiply-adds (a quarter of other
+products' threshold): F(4x4) makes 36 small products a conv, ResNet-50's 56x56 layers 64 x 64
+by 64 x 196 each (0.8 M, ~8 us); on one thread each, they took 2.3-2.6 ms of its 45 on two
+threads, split 1.8."""
+
+WINOGRAD_CHOICES = {"im2col": 0, "winograd": 2, "winograd4": 4}
+"""The candidates :func:`winograd_choice` races and the output tile each means (0: im2col)."""
+
+
+def winograd_limit() -> int:
+    """The largest Winograd output tile a conv may take: ``METADEF_WINOGRAD`` (4, the default;
+    2: F(2x2) only, whose rounding error is the direct conv's; 0: no Winograd).
+
+    Example:
+        >>> winograd_limit() in (0, 2, 4)
+        True
+    """
+    text = os.environ.get("METADEF_WINOGRAD", "4").strip()
+    if text not in ("0", "2", "4"):
+        raise BackendError(f"METADEF_WINOGRAD={text!r}: give 0 (no Winograd), 2 (F(2x2) only) or 4 (the default)")
+    return int(text)
+
+
+def winograd_choice(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool
+                    ) -> tuple[int, str]:
+    """``m`` of the Winograd F(m x m, 3x3) that measures fastest for a 3x3 stride-1 conv on
+    these shapes, or 0 where im2col + sgemm does (timed on one image of ones, once per shape),
+    and the timings. Each Winograd candidate runs its input transform, its ``a²`` products the
+    way its products would run (:func:`_product_timer`: our kernels or sgemm, whichever its
+    :class:`WeightProduct` takes on this many tiles) and its output transform. F(4x4) has 4x
+    fewer multiplications than the direct conv, against F(2x2)'s 2.25x, but 2.25x more weights
+    to read and fewer, wider tiles (ResNet-50's 14x14 and 7x7 images make 16 and 4)."""
     _, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
     one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits((-math.inf, math.inf)))
-    known = known_choice(("conv2d 3x3 per image", *one[1:10]), ("winograd", "im2col"))
+    key = ("conv2d 3x3 per image", *one[1:10])
+    names = [name for name, m in WINOGRAD_CHOICES.items() if not m or (m <= winograd_limit() and winograd_fits(m, ow))]
+    if names == ["im2col"]:
+        return 0, "METADEF_WINOGRAD=0"
+    known = known_choice(key, names)
     if known is not None:
-        return known == "winograd", "stored"
-    plan = winograd_plan(c, k, oh, ow)
-    tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
-    gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
-    products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
+        return WINOGRAD_CHOICES[known], "stored"
     x = np.ones((1, *sx[1:]), np.float32)
     y = np.empty((1, k, oh, ow), np.float32)
     wt = np.ones(sw, np.float32)
-    u = np.ones((16, k, c), np.float32)
     b = np.zeros(k, np.float32)
-    work = np.ones(max(wino_work, c * 9 * oh * ow * 4) // 4 + 1, np.float32)
+    plans = {m: winograd_plan(c, k, oh, ow, m) for m in WINOGRAD_SIZES}
+    work = np.ones(max(max(4 * p.floats for p in plans.values()), c * 9 * oh * ow * 4) // 4 + 1, np.float32)
     values = _im2col_values(sx, (3, 3), (1, 1), (1, 1), begin, (oh, ow))
     cols_dims = tuple(values[d] for d in IM2COL_DIMS)
     im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
-    product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data, gemm,
-                                                       b.ctypes.data, 0], sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
-    phases = (timed_call(native_function("md_winograd_in"), [x.ctypes.data, work.ctypes.data], (*one, 0, 1)),
-              timed_call(native_function("md_sgemm"), [u.ctypes.data, work.ctypes.data, work.ctypes.data + m_offset,
-                                                       gemm, 0, gemv], sgemm_dims(16, k, tiles, c, **products)),
-              timed_call(native_function("md_winograd_out"), [work.ctypes.data, y.ctypes.data, b.ctypes.data],
-                         (*one, 0, 1)))
-    winner, timings = measured_choice(("conv2d 3x3 per image", *one[1:10]), {
-        "winograd": lambda: [phase() for phase in phases], "im2col": lambda: (im2col(), product())})
-    return winner == "winograd", timings
+    product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data,
+                                                       blas.cblas_address("sgemm"), b.ctypes.data, 0],
+                         sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
+    candidates: dict[str, Callable[[], Any]] = {"im2col": lambda: (im2col(), product())}
+    for name in names:
+        m = WINOGRAD_CHOICES[name]
+        if m:
+            plan = plans[m]
+            phases = (timed_call(native_function(phase_routine(m, "in")), [x.ctypes.data, work.ctypes.data],
+                                 (*one, 0, 1)),
+                      _product_timer(c, k, plan.tiles, (m + 2) ** 2),
+                      timed_call(native_function(phase_routine(m, "out")), [work.ctypes.data, y.ctypes.data,
+                                                                           b.ctypes.data], (*one, 0, 1)))
+            candidates[name] = lambda phases=phases: [phase() for phase in phases]
+    winner, timings = measured_choice(key, candidates)
+    return WINOGRAD_CHOICES[winner], timings
+
+
+def _product_timer(c: int, k: int, tiles: int, count: int) -> Callable[[], None]:
+    """``count`` products ``[k, c] x [c, tiles]`` the way a Winograd conv's products run
+    (:meth:`WeightProduct.choice` on ones), on arrays of ones: for timing."""
+    kind = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf)).choice(tiles)
+    x, y = np.ones((c, tiles), np.float32), np.ones((k, tiles), np.float32)
+    if kind == BLAS:
+        u, xs, ys = (np.ones((count, *shape), np.float32) for shape in ((k, c), (c, tiles), (k, tiles)))
+        arrays: tuple[np.ndarray, ...] = (u, xs, ys)
+        calls = [timed_call(native_function("md_sgemm"), [u.ctypes.data, xs.ctypes.data, ys.ctypes.data,
+                                                          blas.cblas_address("sgemm"), 0, blas.cblas_address("sgemv")],
+                            sgemm_dims(count, k, tiles, c))]
+    elif kind == OWN_T:
+        ldx, panel = gemm_lda(c), gemm_panel()
+        xt = np.ones((tiles, ldx), np.float32)
+        panels = np.ones((-(-k // panel), c, panel), np.float32)
+        bias = np.zeros(panels.shape[0] * panel, np.float32)
+        arrays = (x, y, xt, panels, bias)
+        calls = [timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
+                            transpose_dims(1, c, tiles, ld=ldx)),
+                 timed_call(native_function("md_conv1x1t"), [xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, 0,
+                                                             y.ctypes.data], conv1x1t_dims(1, c, k, tiles, ldx=ldx))
+                 ] * count
+    else:
+        packed = np.ones((-(-k // conv1x1_rows()), c, conv1x1_rows()), np.float32)
+        bias = np.zeros(k, np.float32)
+        arrays = (x, y, packed, bias)
+        calls = [timed_call(native_function("md_conv1x1"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data, 0,
+                                                            y.ctypes.data],
+                            conv1x1_dims(1, c, k, tiles, order=int(kind == OWN_C)))] * count
+
+    def run(arrays: tuple[np.ndarray, ...] = arrays) -> None:  # (the arrays live as long as the timer)
+        for call in calls:
+            call()
+    return run
 
 
 def _im2col_values(sx: Shape, kernel: tuple[int, ...], strides: Sequence[int], dilations: Sequence[int],
@@ -252,8 +355,7 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
     if product is None or weight is None:
         return None
     shape = weight.shape
-    transformed: list[np.ndarray] = []  # (this group's Winograd weights, made when it takes Winograd)
-    per_product: list[WeightProduct] = []
+    winograd = _WinogradWeights(weight)  # (made when the group takes Winograd)
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -267,19 +369,16 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
         if min(*begin, *end) < 0:
             return otherwise(inputs, outputs, symbols)
         if kernel == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1) \
-                and min(sx[1], sw[0]) >= 8 and winograd_wins(sx, sw, out_hw, begin, bias is not NULL)[0]:
+                and min(sx[1], sw[0]) >= 8 and winograd_choice(sx, sw, out_hw, begin, bias is not NULL)[0]:
             if residual is not None:  # (the output transform bounds what it stores; it adds nothing)
                 return otherwise(inputs, outputs, symbols)
-            if not transformed:
-                transformed.append(winograd_weights(np.asarray(weight, np.float32)))
-            step = _winograd_or_im2col(sx, sw, out_hw, begin, bias is not NULL, sources, bias, out, transformed[0],
-                                       per_product, bounds)
+            step = _winograd_or_im2col(sx, sw, out_hw, begin, bias is not NULL, sources, bias, out, winograd, bounds)
             return step if step is not None else otherwise(inputs, outputs, symbols)
         step = im2col_product(product, sx, kernel, win, begin, out_hw, sources[0], residual, out)
         return step if step is not None else otherwise(inputs, outputs, symbols)
 
-    winograd = WINOGRAD_ROUTINES if winograd_possible(attrs, weight) else ()
-    return needing(lower, *needs(otherwise), "md_im2col_task", *winograd, *PRODUCT_ROUTINES)
+    routines = WINOGRAD_ROUTINES if winograd_possible(attrs, weight) else ()
+    return needing(lower, *needs(otherwise), "md_im2col_task", *routines, *PRODUCT_ROUTINES)
 
 
 def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
@@ -353,23 +452,26 @@ def _im2col_tasks(values: Mapping[str, int], c: int, elements: int, count: int) 
 
 
 def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
-                        sources: Sequence[Arg], bias: Arg, out: Arg, u: np.ndarray,
-                        per_product: list[WeightProduct],
+                        sources: Sequence[Arg], bias: Arg, out: Arg, weights: _WinogradWeights,
                         bounds: tuple[float, float] = (-math.inf, math.inf)) -> NativeStep | None:
-    """The Winograd step when it measures faster than im2col + sgemm on these shapes, else None:
-    per image, the input transform split over the channels, the 16 products (``U_t V_t``: the
-    transformed weights times the transformed input) as one batched sgemm split over them, or
-    as 16 calls of our kernels where they measure faster (``per_product``: their
-    :class:`WeightProduct` s, made once), the output transform split over the output channels
-    (``bounds``: a fused Relu or Clip, applied as it stores)."""
-    wins, timings = winograd_wins(sx, sw, out_hw, begin, has_bias)
-    if not wins:
+    """The Winograd step when F(2x2) or F(4x4) measures faster than im2col + sgemm on these
+    shapes (:func:`winograd_choice`), else None: per image, the input transform split over the
+    channels, the ``a²`` products (``U_t V_t``: the transformed weights times the transformed
+    input) as one batched sgemm split over them, or as ``a²`` calls of our kernels where they
+    measure faster (``weights``: the transformed weights and their :class:`WeightProduct` s,
+    made once), the output transform split over the output channels (``bounds``: a fused Relu
+    or Clip, applied as it stores)."""
+    m, timings = winograd_choice(sx, sw, out_hw, begin, has_bias)
+    if not m:
         return None
+    if not winograd_fits(m, out_hw[1]) or m > winograd_limit():  # (a choice forced from outside)
+        m = 2
+    u, per_product = weights.of(m)
     n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
     one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits(bounds))
-    plan = winograd_plan(c, k, oh, ow)
+    plan = winograd_plan(c, k, oh, ow, m)
     tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
     products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
 
@@ -381,24 +483,22 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
         return tasks
 
     scratch = Arg("scratch", 0)
-    what = f"conv2d winograd F(2x2,3x3) (measured: {timings})"
-    if not per_product:
-        per_product.extend(WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf)) for t in range(16))
+    what = f"conv2d winograd F({m}x{m},3x3) (measured: {timings})"
     kind = per_product[0].choice(tiles)
     calls: list[Call] = []
     work = 0
     for i in range(n):
-        calls.append(Call(native_function("md_winograd_in"), (sources[0].at(4 * i * c * h * w), scratch),
+        calls.append(Call(native_function(phase_routine(m, "in")), (sources[0].at(4 * i * c * h * w), scratch),
                           (*one, 0, 1), what + " input", split(c)))
         if kind == BLAS:
             calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
-                                     *_blas("sgemv")), 16, k, tiles, c, what + " products", **products))
-        for t in range(16 if kind != BLAS else 0):
+                                     *_blas("sgemv")), len(u), k, tiles, c, what + " products", **products))
+        for t in range(len(u) if kind != BLAS else 0):
             more, work = per_product[t].calls(kind, 1, tiles, scratch.at(4 * t * plan.v_stride), None,
                                               scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1),
-                                              "conv2d winograd product")
+                                              "conv2d winograd product", split_from=WINOGRAD_SPLIT)
             calls += more
-        calls.append(Call(native_function("md_winograd_out"), (scratch, out.at(4 * i * k * oh * ow), bias),
+        calls.append(Call(native_function(phase_routine(m, "out")), (scratch, out.at(4 * i * k * oh * ow), bias),
                           (*one, 0, 1), what + " output", split(k)))
     keep = (u,) if kind == BLAS else (u, *(a for product in per_product for a in product.keep()))
     return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
@@ -438,5 +538,5 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     return NativeStep(tuple(calls), scratch, (kernel,))
 
 
-__all__ = ["SPLIT_IM2COL", "WINOGRAD_G", "conv_lowering", "fused_im2col_lowering", "im2col_product", "weight_product",
-           "winograd_weights", "winograd_wins"]
+__all__ = ["SPLIT_IM2COL", "WINOGRAD_CHOICES", "conv_lowering", "fused_im2col_lowering", "im2col_product",
+           "weight_product", "winograd_choice", "winograd_weights"]

@@ -200,14 +200,21 @@ def test_a_view_that_is_a_graph_output_is_copied_out() -> None:
 
 @pytest.mark.parametrize(("choice", "products"), [
     ("winograd", "sgemm"), ("winograd", "own micro-kernel, epilogue fused"),
-    ("winograd", "own micro-kernel, pixels as rows"), ("im2col", None)])
-# (rows of 3, 5, 6, 10, 17 and 32 tiles: the input transform takes 4, 8 or 16 at a time)
-@pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1), (20, 1), (33, 1), (64, 1)])
+    ("winograd", "own micro-kernel, pixels as rows"), ("winograd4", "sgemm"),
+    ("winograd4", "own micro-kernel, epilogue fused"), ("winograd4", "own micro-kernel, pixels as rows"),
+    ("im2col", None)])
+# F(2x2): rows of 3, 5, 6, 10, 17 and 32 tiles (the input transform takes 4, 8 or 16 at a
+# time); F(4x4): rows of 4, 5, 9, 14 and 16 tiles (4 at a time, the last step overlapping;
+# narrower images take F(2x2))
+@pytest.mark.parametrize(("size", "pad"), [(9, 1), (8, 0), (7, 2), (12, 1), (20, 1), (33, 1), (64, 1), (14, 1),
+                                           (56, 1)])
 def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest.MonkeyPatch, choice: str,
                                                              products: str | None, size: int, pad: int) -> None:
-    """Winograd's 16 products through sgemm or our kernels (pixels as columns where a tile
-    of 16 fits, as rows), or im2col, against the reference, on 1 and 2 threads."""
+    """Winograd's products (16 for F(2x2), 36 for F(4x4)) through sgemm or our kernels
+    (pixels as columns where a tile of 16 fits, as rows), or im2col, against the reference,
+    on 1 and 2 threads."""
     from metadef.backends.x86 import conv1x1, conv_lowering
+    from metadef.codegen.native_winograd import winograd_fits
     monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
     monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     monkeypatch.setattr(conv1x1, "PREFER", products)
@@ -218,17 +225,41 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
       %y: f32[n,12,{out},{out}] = Conv(%x, %w, %b) {{pads=[{pad},{pad},{pad},{pad}]}} @conv
       return %y }}""")
     feeds = {"x": RNG.standard_normal((2, 8, size, size), dtype=np.float32)}
+    m = 4 if choice == "winograd4" and winograd_fits(4, out) else 2
+    want = _reference(g, feeds)["y"]
+    # F(4x4)'s rounding error: ~1e-5 of the outputs' scale (the direct conv's, and F(2x2)'s: ~1e-6)
+    atol = 1e-4 if m == 2 else 3e-5 * float(np.abs(want).max())
     for threads in (1, 2):  # both split their phases across the threads
         sess = md.compile(g, target="x86", cache=False, threads=threads)
-        np.testing.assert_allclose(sess.run(feeds)["y"], _reference(g, feeds)["y"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(sess.run(feeds)["y"], want, rtol=1e-4, atol=atol)
         program = sess.executable.programs.bound({"n": 2})
         sess.executable.programs.give_back(program)
-        expect = "conv2d winograd" if choice == "winograd" else "conv2d im2col"
+        expect = f"conv2d winograd F({m}x{m},3x3)" if choice != "im2col" else "conv2d im2col"
         assert any(kind.startswith(expect) for kind in program.call_kinds), program.call_kinds
         own = sum(v for kind, v in program.call_kinds.items() if kind.startswith("conv2d winograd product own"))
-        tiles = ((out + 1) // 2) ** 2
+        tiles = (-(-out // m)) ** 2
         columns = products == conv1x1.OWN and tiles >= conv1x1_width()  # (a block of the kernel's pixels)
-        assert own == (2 * 16 if products == conv1x1.OWN_T or columns else 0)
+        assert own == (2 * (m + 2) ** 2 if products == conv1x1.OWN_T or columns else 0)
+
+
+@pytest.mark.parametrize(("limit", "refused"), [("2", "winograd F(4x4"), ("0", "winograd")])
+def test_metadef_winograd_limits_the_tiles_a_conv_may_take(monkeypatch: pytest.MonkeyPatch, limit: str,
+                                                           refused: str) -> None:
+    """``METADEF_WINOGRAD=2`` keeps a conv off F(4x4) (whose rounding error is ~10x the direct
+    conv's), ``0`` off Winograd; the choice is measured among what is left."""
+    monkeypatch.setenv("METADEF_WINOGRAD", limit)
+    g = _graph("""graph g(%x: f32[n,16,32,32]) -> (%y) {
+      %w: f32[16,16,3,3] = const
+      %y: f32[n,16,32,32] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
+      return %y }""")
+    feeds = {"x": RNG.standard_normal((1, 16, 32, 32), dtype=np.float32)}
+    sess = md.compile(g, target="x86", cache=False)
+    np.testing.assert_allclose(sess.run(feeds)["y"], _reference(g, feeds)["y"], rtol=1e-4, atol=1e-4)
+    kinds = [k for k in sess.executable.programs.bound({"n": 1}).call_kinds if k.startswith("conv2d")]
+    assert kinds and not any(refused in k for k in kinds), kinds
+    monkeypatch.setenv("METADEF_WINOGRAD", "3")
+    with pytest.raises(BackendError, match="METADEF_WINOGRAD='3'"):
+        md.compile(g, target="x86", cache=False)
 
 
 @pytest.mark.parametrize("choice", ["winograd", "im2col"])
