@@ -53,12 +53,15 @@ from metadef.codegen.native_ir import (
 )
 
 WINOGRAD_DIMS = ("n", "c", "h", "w", "k", "oh", "ow", "pt", "pl", "has_bias", "lo", "hi")
-"""The shape dims of a Winograd conv (see :data:`WINOGRAD_TASK_DIMS`); its workspace is
-:func:`winograd_workspace` floats and its weights ``u`` are transformed, ``[a², K, C]``; ``lo``
-and ``hi`` (float32 bits) bound the output (Relu, Clip), as the output transform stores it."""
+"""The shape dims of a Winograd conv (see :data:`WINOGRAD_TASK_DIMS`): ``n`` images share the
+workspace (:func:`winograd_workspace` floats), their tiles side by side in each plane of V and
+M, so that each product covers them all; the weights ``u`` are transformed, ``[a², K, C]``;
+``lo`` and ``hi`` (float32 bits) bound the output (Relu, Clip), as the output transform stores
+it."""
 
-WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "task", "tasks")
-"""The dims of the phases (one image: ``n`` is 1)."""
+WINOGRAD_TASK_DIMS = (*WINOGRAD_DIMS, "image", "task", "tasks")
+"""The dims of the phases: each call transforms one image, ``image`` of the ``n`` (its input
+and output pointers are that image's)."""
 
 WINOGRAD_SIZES = (2, 4)
 """The output tiles (``m``) there are routines for."""
@@ -123,9 +126,10 @@ def winograd_fits(m: int, ow: int) -> bool:
 
 
 class WinogradPlan(NamedTuple):
-    """The workspace of one image's Winograd conv, in floats: V (``a²`` planes of
-    ``[C, tiles]``, ``v_stride`` apart; later the whole output tiles) from 0, then M (``a²``
-    planes of ``[K, tiles]``, ``m_stride`` apart; first the padded image) from ``m_offset``."""
+    """The workspace of a Winograd conv of ``images`` images, in floats: V (``a²`` planes of
+    ``[C, images x tiles]``, ``v_stride`` apart; later one image's whole output tiles) from 0,
+    then M (``a²`` planes of ``[K, images x tiles]``, ``m_stride`` apart; first one image
+    padded) from ``m_offset``."""
 
     tiles: int
     v_stride: int
@@ -134,24 +138,25 @@ class WinogradPlan(NamedTuple):
     floats: int
 
 
-def winograd_plan(c: int, k: int, oh: int, ow: int, m: int = 2) -> WinogradPlan:
-    """The workspace layout the Winograd routines use (see :class:`WinogradPlan`).
+def winograd_plan(c: int, k: int, oh: int, ow: int, m: int = 2, images: int = 1) -> WinogradPlan:
+    """The workspace layout the Winograd routines use for ``images`` images at once (see
+    :class:`WinogradPlan`; ``tiles``: one image's).
 
     Example:
         >>> winograd_plan(64, 64, 56, 56)[:3]  # tiles, then 64 * 784 + 16 floats per plane
         (784, 50192, 50192)
-        >>> winograd_plan(64, 64, 56, 56, m=4).tiles
-        196
+        >>> winograd_plan(64, 64, 56, 56, m=4).tiles, winograd_plan(64, 64, 56, 56, m=4, images=2).v_stride
+        (196, 25104)
     """
     a, th, tw = m + 2, -(-oh // m), -(-ow // m)
     tiles = th * tw
-    v_stride, m_stride = c * tiles + WINOGRAD_SKEW, k * tiles + WINOGRAD_SKEW
+    v_stride, m_stride = c * images * tiles + WINOGRAD_SKEW, k * images * tiles + WINOGRAD_SKEW
     m_offset = max(a * a * v_stride, m * m * k * tiles)
     return WinogradPlan(tiles, v_stride, m_stride, m_offset,
                         m_offset + max(a * a * m_stride, c * (m * th + 2) * (m * tw + 2)))
 
 
-def winograd_workspace(c: int, k: int, oh: int, ow: int, m: int = 2) -> int:
+def winograd_workspace(c: int, k: int, oh: int, ow: int, m: int = 2, images: int = 1) -> int:
     """The floats of a Winograd conv's workspace (one image): two regions, the
     first for V (then the whole output tiles, once V is read), the second for the padded image
     (then M, once the image is transformed).
@@ -160,7 +165,7 @@ def winograd_workspace(c: int, k: int, oh: int, ow: int, m: int = 2) -> int:
         >>> winograd_workspace(1, 1, 2, 2)
         544
     """
-    return winograd_plan(c, k, oh, ow, m).floats
+    return winograd_plan(c, k, oh, ow, m, images).floats
 
 
 def _combine(b: ir.IRBuilder, coefficients: tuple[float, ...], values: list[ir.Value]) -> ir.Value:
@@ -317,11 +322,13 @@ class _WinogradLayout:
         self.th = b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m))
         self.tw = b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))
         self.tiles = b.mul(self.th, self.tw)
+        self.row = b.mul(d["n"], self.tiles)  # a plane's row: the tiles of every image
+        self.first = b.mul(d["image"], self.tiles)  # where this image's tiles start in a row
         self.hp, self.wp = b.add(b.mul(self.th, I64(m)), I64(2)), b.add(b.mul(self.tw, I64(m)), I64(2))
         self.plane, self.out_plane = b.mul(d["h"], d["w"]), b.mul(d["oh"], d["ow"])
         self.padded_plane = b.mul(self.hp, self.wp)
         skew = I64(WINOGRAD_SKEW)  # (the layout of winograd_plan)
-        self.v_stride, self.m_stride = b.add(b.mul(d["c"], self.tiles), skew), b.add(b.mul(d["k"], self.tiles), skew)
+        self.v_stride, self.m_stride = b.add(b.mul(d["c"], self.row), skew), b.add(b.mul(d["k"], self.row), skew)
         self.v_base = self.o_base = work  # the output tiles once V is read
         self.m_base = self.p_base = _elem(b, work, _smax(b, b.mul(I64(a * a), self.v_stride),
                                                          b.mul(I64(m * m), b.mul(d["k"], self.tiles))))
@@ -340,8 +347,8 @@ def _winograd_in(b: ir.IRBuilder, module: ir.Module, row_in: ir.Function, d: dic
 
         def tile_row(ty: ir.Value) -> None:
             top = _elem(b, pc, b.mul(b.mul(ty, I64(lay.m)), lay.wp))
-            b.call(row_in, [top, _elem(b, lay.v_base, b.add(b.mul(c, lay.tiles), b.mul(ty, lay.tw))), lay.tw,
-                            lay.wp, lay.v_stride])
+            v = _elem(b, lay.v_base, b.add(b.add(b.mul(c, lay.row), lay.first), b.mul(ty, lay.tw)))
+            b.call(row_in, [top, v, lay.tw, lay.wp, lay.v_stride])
         _loop(b, I64(0), lay.th, tile_row)
     _loop(b, first, last, channel)
 
@@ -358,7 +365,7 @@ def _winograd_out(b: ir.IRBuilder, module: ir.Module, row_out: ir.Function, d: d
         dst = b.select(lay.direct, yk, _elem(b, lay.o_base, b.mul(k, b.mul(lay.tiles, I64(lay.m * lay.m)))))
 
         def tile_row(ty: ir.Value) -> None:
-            first_tile = _elem(b, lay.m_base, b.add(b.mul(k, lay.tiles), b.mul(ty, lay.tw)))
+            first_tile = _elem(b, lay.m_base, b.add(b.add(b.mul(k, lay.row), lay.first), b.mul(ty, lay.tw)))
             b.call(row_out, [first_tile, _elem(b, dst, b.mul(b.mul(ty, I64(lay.m)), lay.o_row)), lay.tw, lay.o_row,
                              lay.m_stride, beta, lo, hi])
         _loop(b, I64(0), lay.th, tile_row)

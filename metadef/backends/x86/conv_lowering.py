@@ -58,6 +58,7 @@ from metadef.codegen.native_winograd import (
     winograd_fits,
     winograd_matrices,
     winograd_plan,
+    winograd_workspace,
 )
 from metadef.core.errors import BackendError
 from metadef.format import release_mapped
@@ -278,10 +279,10 @@ def winograd_choice(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[i
         if m:
             plan = plans[m]
             phases = (timed_call(native_function(phase_routine(m, "in")), [x.ctypes.data, work.ctypes.data],
-                                 (*one, 0, 1)),
+                                 (*one, 0, 0, 1)),
                       _product_timer(c, k, plan.tiles, (m + 2) ** 2),
                       timed_call(native_function(phase_routine(m, "out")), [work.ctypes.data, y.ctypes.data,
-                                                                           b.ctypes.data], (*one, 0, 1)))
+                                                                           b.ctypes.data], (*one, 0, 0, 1)))
             candidates[name] = lambda phases=phases: [phase() for phase in phases]
     winner, timings = measured_choice(key, candidates)
     return WINOGRAD_CHOICES[winner], timings
@@ -470,38 +471,68 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
     n, c, h, w = sx
     k = sw[0]
     oh, ow = out_hw
-    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits(bounds))
-    plan = winograd_plan(c, k, oh, ow, m)
+    group = winograd_group(n, c, k, oh, ow, m)
+    plan = winograd_plan(c, k, oh, ow, m, group)
     tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
     products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
+    scratch = Arg("scratch", 0)
+    what = f"conv2d winograd F({m}x{m},3x3) (measured: {timings})"
+    kind = per_product[0].choice(group * tiles)
+    calls: list[Call] = []
+    work = 0
+    one = (group, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *_bound_bits(bounds))
 
-    def split(extent: int) -> Callable[[int], list[tuple[int, ...]] | None]:
+    def split(extent: int, image: int) -> Callable[[int], list[tuple[int, ...]] | None]:
         def tasks(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or extent < count:
                 return None
-            return [(*one, t, count) for t in range(count)]
+            return [(*one, image, t, count) for t in range(count)]
         return tasks
 
-    scratch = Arg("scratch", 0)
-    what = f"conv2d winograd F({m}x{m},3x3) (measured: {timings})"
-    kind = per_product[0].choice(tiles)
-    calls: list[Call] = []
-    work = 0
-    for i in range(n):
-        calls.append(Call(native_function(phase_routine(m, "in")), (sources[0].at(4 * i * c * h * w), scratch),
-                          (*one, 0, 1), what + " input", split(c)))
+    for first in range(0, n, group):
+        images = min(group, n - first)  # (the last group may be smaller: its planes keep the stride)
+        for j in range(images):
+            i = first + j
+            calls.append(Call(native_function(phase_routine(m, "in")), (sources[0].at(4 * i * c * h * w), scratch),
+                              (*one, j, 0, 1), what + " input", split(c, j)))
         if kind == BLAS:
             calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
-                                     *_blas("sgemv")), len(u), k, tiles, c, what + " products", **products))
+                                     *_blas("sgemv")), len(u), k, group * tiles, c, what + " products", **products))
         for t in range(len(u) if kind != BLAS else 0):
-            more, work = per_product[t].calls(kind, 1, tiles, scratch.at(4 * t * plan.v_stride), None,
+            more, work = per_product[t].calls(kind, 1, group * tiles, scratch.at(4 * t * plan.v_stride), None,
                                               scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1),
                                               "conv2d winograd product", split_from=WINOGRAD_SPLIT)
             calls += more
-        calls.append(Call(native_function(phase_routine(m, "out")), (scratch, out.at(4 * i * k * oh * ow), bias),
-                          (*one, 0, 1), what + " output", split(k)))
+        for j in range(images):
+            i = first + j
+            calls.append(Call(native_function(phase_routine(m, "out")), (scratch, out.at(4 * i * k * oh * ow), bias),
+                              (*one, j, 0, 1), what + " output", split(k, j)))
     keep = (u,) if kind == BLAS else (u, *(a for product in per_product for a in product.keep()))
     return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
+
+
+WINOGRAD_GROUP_BYTES = 16 << 20
+"""The most workspace a group of images sharing Winograd's products may take."""
+
+
+def winograd_group(n: int, c: int, k: int, oh: int, ow: int, m: int) -> int:
+    """How many of ``n`` images share each Winograd product (their tiles side by side): one,
+    unless the transformed weights (``a² K C`` floats) outweigh an image's transformed input
+    (``a² C tiles``), i.e. ``K > tiles``; then as many as fit :data:`WINOGRAD_GROUP_BYTES`, so
+    the weights are read once a group rather than once an image (ResNet-50's 14x14 and 7x7
+    layers: 9.4 and 16.8 MB of them, read 8 times a batch of 8).
+
+    Example:
+        >>> winograd_group(8, 512, 512, 7, 7, 2), winograd_group(8, 64, 64, 56, 56, 4)
+        (8, 1)
+    """
+    tiles = winograd_plan(c, k, oh, ow, m).tiles
+    if n < 2 or k <= tiles:
+        return 1
+    group = n
+    while group > 1 and 4 * winograd_workspace(c, k, oh, ow, m, group) > WINOGRAD_GROUP_BYTES:
+        group -= 1
+    return group
 
 
 def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int], sources: Sequence[Arg],

@@ -237,9 +237,38 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
         expect = f"conv2d winograd F({m}x{m},3x3)" if choice != "im2col" else "conv2d im2col"
         assert any(kind.startswith(expect) for kind in program.call_kinds), program.call_kinds
         own = sum(v for kind, v in program.call_kinds.items() if kind.startswith("conv2d winograd product own"))
-        tiles = (-(-out // m)) ** 2
+        group = conv_lowering.winograd_group(2, 8, 12, out, out, m)  # (images sharing each product)
+        tiles = group * (-(-out // m)) ** 2
         columns = products == conv1x1.OWN and tiles >= conv1x1_width()  # (a block of the kernel's pixels)
-        assert own == (2 * (m + 2) ** 2 if products == conv1x1.OWN_T or columns else 0)
+        assert own == (2 // group * (m + 2) ** 2 if products == conv1x1.OWN_T or columns else 0)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("products", ["sgemm", "own micro-kernel, epilogue fused", "own micro-kernel, pixels as rows"])
+def test_winograd_products_shared_by_a_group_of_images_match_the_reference(
+        monkeypatch: pytest.MonkeyPatch, m: int, products: str) -> None:
+    """More output channels than an image has tiles: the images of a batch share each product
+    (their tiles side by side in the workspace), in groups that fit its size (here 2 and 1 of 3)."""
+    from metadef.backends.x86 import conv1x1, conv_lowering
+    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(conv_lowering, "measured_choice",
+                        lambda key, candidates: ("winograd4" if m == 4 else "winograd", "forced by the test"))
+    monkeypatch.setattr(conv1x1, "PREFER", products)
+    two_images = 4 * conv_lowering.winograd_workspace(16, 64, 14, 14, m, 2)
+    monkeypatch.setattr(conv_lowering, "WINOGRAD_GROUP_BYTES", two_images)
+    assert conv_lowering.winograd_group(3, 16, 64, 14, 14, m) == 2
+    g = _graph("""graph g(%x: f32[n,16,14,14]) -> (%y) {
+      %w: f32[64,16,3,3] = const
+      %b: f32[64] = const
+      %y: f32[n,64,14,14] = Conv(%x, %w, %b) {pads=[1,1,1,1]} @conv
+      return %y }""")
+    feeds = {"x": RNG.standard_normal((3, 16, 14, 14), dtype=np.float32)}
+    want = _reference(g, feeds)["y"]
+    for threads in (1, 2):
+        sess = md.compile(g, target="x86", cache=False, threads=threads)
+        np.testing.assert_allclose(sess.run(feeds)["y"], want, rtol=1e-4, atol=3e-5 * float(np.abs(want).max()))
+        kinds = sess.executable.programs.bound({"n": 3}).call_kinds
+        assert any(kind.startswith(f"conv2d winograd F({m}x{m},3x3)") for kind in kinds), kinds
 
 
 @pytest.mark.parametrize(("limit", "refused"), [("2", "winograd F(4x4"), ("0", "winograd")])
