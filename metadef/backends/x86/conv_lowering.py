@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -54,6 +55,7 @@ from metadef.codegen.native_gemm import (
 )
 from metadef.codegen.native_winograd import (
     WINOGRAD_SIZES,
+    WinogradPlan,
     phase_routine,
     winograd_fits,
     winograd_matrices,
@@ -498,10 +500,8 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
         if kind == BLAS:
             calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
                                      *_blas("sgemv")), len(u), k, group * tiles, c, what + " products", **products))
-        for t in range(len(u) if kind != BLAS else 0):
-            more, work = per_product[t].calls(kind, 1, group * tiles, scratch.at(4 * t * plan.v_stride), None,
-                                              scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1),
-                                              "conv2d winograd product", split_from=WINOGRAD_SPLIT)
+        if kind != BLAS:
+            more, work = _joined_products(per_product, kind, group * tiles, scratch, plan)
             calls += more
         for j in range(images):
             i = first + j
@@ -509,6 +509,26 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
                               (*one, j, 0, 1), what + " output", split(k, j)))
     keep = (u,) if kind == BLAS else (u, *(a for product in per_product for a in product.keep()))
     return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
+
+
+def _joined_products(per_product: list[WeightProduct], kind: str, p: int, scratch: Arg,
+                     plan: WinogradPlan) -> tuple[list[Call], int]:
+    """The ``a²`` products ``M_t = U_t V_t`` of a Winograd conv through our kernels, as one
+    group of the worker pool (they are independent: one barrier, not ``a²``; their tasks are
+    shared out together), and the bytes of workspace they need. With the pixels as rows, each
+    product's ``V_t`` is first transposed into a workspace of its own, the transposes one group
+    before the products."""
+    m_offset, flips, products = 4 * plan.m_offset, [], []
+    work = 4 * gemm_lda(per_product[0].depth) * p if kind == OWN_T else 0  # (what each transpose fills)
+    for t, product in enumerate(per_product):
+        more, per = product.calls(kind, 1, p, scratch.at(4 * t * plan.v_stride), None,
+                                  scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1).at(t * work),
+                                  "conv2d winograd product", split_from=WINOGRAD_SPLIT)
+        assert per == work, (per, work)
+        *flip, last = more
+        flips += [dataclasses.replace(c, joins=bool(flips)) for c in flip]
+        products.append(dataclasses.replace(last, joins=bool(products)))
+    return flips + products, work * len(per_product)
 
 
 WINOGRAD_GROUP_BYTES = 16 << 20

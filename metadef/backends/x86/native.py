@@ -75,13 +75,17 @@ NULL = Arg("null")
 @dataclass(frozen=True)
 class Call:
     """One entry of a native program; ``tasks(n)``, when given, splits it into ``n`` calls
-    that may run at once (their dims; the args are shared), or says None (not worth it)."""
+    that may run at once (their dims; the args are shared), or says None (not worth it).
+    ``joins``: the call runs in the same group of the worker pool as the call before it (it
+    neither reads what that call writes nor writes what it reads or writes): no barrier between
+    them, and their tasks are shared out together."""
 
     address: int
     args: tuple[Arg, ...]
     dims: tuple[int, ...]
     what: str = ""
     tasks: Callable[[int], list[tuple[int, ...]] | None] | None = field(default=None, compare=False)
+    joins: bool = False
 
 
 PARALLEL_ELEMENTS = 16384

@@ -112,35 +112,50 @@ class _Storage:
 
 class _Segment:
     """A maximal run of native steps: one call of the program driver. Each call of the
-    segment has its dims, or one dims per task when it splits across the worker pool: then
-    the segment is a table of groups (a group's tasks run at once) for ``md_run_tasks``,
-    else one table for ``md_run_program``."""
+    segment has its dims, or one dims per task when it splits across the worker pool; with a
+    pool the segment is a table of groups for ``md_run_tasks`` (a group's tasks run at once: a
+    call's, and those of the calls that join it), else one table of its calls in order for
+    ``md_run_program``. ``groups``: each group's calls as ``(function, index into args, dims
+    of each task)``."""
 
-    def __init__(self, calls: list[tuple[int, list[int], list[list[int]]]], pool: WorkerPool | None) -> None:
-        n = len(calls)
-        self.count = n
+    def __init__(self, groups: list[list[tuple[int, int, list[list[int]]]]], args: list[list[int]],
+                 pool: WorkerPool | None) -> None:
         self.pool = pool
-        self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for _, a, _ in calls]
-        self.dims = [[(ctypes.c_int64 * max(1, len(d)))(*d) for d in dims] for _, _, dims in calls]
-        self.tables = []
-        for i, (fn, _, _) in enumerate(calls):
-            table = ((ctypes.c_void_p * 3) * len(self.dims[i]))()
-            for t, dims in enumerate(self.dims[i]):
-                table[t][0] = fn
-                table[t][1] = ctypes.cast(self.args[i], ctypes.c_void_p).value
-                table[t][2] = ctypes.cast(dims, ctypes.c_void_p).value
-            self.tables.append(table)
-        if pool is None:
-            self.table = ((ctypes.c_void_p * 3) * max(1, n))()
-            for i, table in enumerate(self.tables):
-                ctypes.memmove(ctypes.addressof(self.table[i]), ctypes.addressof(table), ctypes.sizeof(table[0]))
+        self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for a in args]
+        self.dims: list[Any] = []  # (kept alive: the tables point at them)
+        entries: list[list[tuple[int, Any, Any]]] = []
+        for group in groups:
+            entries.append([])
+            for fn, at, tasks in group:
+                for dims in tasks:
+                    self.dims.append((ctypes.c_int64 * max(1, len(dims)))(*dims))
+                    entries[-1].append((fn, self.args[at], self.dims[-1]))
+        if pool is None:  # (one thread: every call in order, none joined or split)
+            flat = [entry for group in entries for entry in group]
+            self.count = len(flat)
+            self.table = ((ctypes.c_void_p * 3) * max(1, len(flat)))()
+            for i, entry in enumerate(flat):
+                self._fill(self.table[i], entry)
             self.address = ctypes.addressof(self.table)
         else:
-            self.groups = ((ctypes.c_int64 * 2) * max(1, n))()
-            for i, table in enumerate(self.tables):
+            self.count = len(entries)
+            self.tables = []
+            self.groups = ((ctypes.c_int64 * 2) * max(1, len(entries)))()
+            for i, group in enumerate(entries):
+                table = ((ctypes.c_void_p * 3) * len(group))()
+                for t, entry in enumerate(group):
+                    self._fill(table[t], entry)
+                self.tables.append(table)
                 self.groups[i][0] = ctypes.addressof(table)
-                self.groups[i][1] = len(table)
+                self.groups[i][1] = len(group)
             self.address = ctypes.addressof(self.groups)
+
+    @staticmethod
+    def _fill(entry: Any, values: tuple[int, Any, Any]) -> None:
+        fn, args, dims = values
+        entry[0] = fn
+        entry[1] = ctypes.cast(args, ctypes.c_void_p).value
+        entry[2] = ctypes.cast(dims, ctypes.c_void_p).value
 
 
 @dataclass
@@ -269,7 +284,8 @@ class BoundProgram:
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
         self.checks: list[tuple[np.ndarray, Any]] = []  # (status words, message) read after each run
-        pending: list[tuple[int, list[int], list[list[int]]]] = []
+        pending: list[list[tuple[int, int, list[list[int]]]]] = []  # groups of (fn, args index, task dims)
+        pending_args: list[list[int]] = []
         pending_patches: list[tuple[int, int, str, int, int]] = []
         self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
@@ -277,25 +293,30 @@ class BoundProgram:
         self.call_steps: list[tuple[str, str]] = []  # (step name, what) of each native call, in order
         for what, ins, outs, scratch, step_index in lowered:
             if not isinstance(what, NativeStep):
-                self._flush(pending, pending_patches)
-                pending, pending_patches = [], []
+                self._flush(pending, pending_args, pending_patches)
+                pending, pending_args, pending_patches = [], [], []
                 self.segments.append(_PythonStep(step_index, ins, outs, types[step_index]))
                 self.python_reasons.append((self.exe.steps[step_index].node.name, str(what)))
                 self.python_steps += 1
                 continue
             self.kept.append(what.keep)
             self.checks.extend(what.checks)
-            for call in what.calls:
+            for i, call in enumerate(what.calls):
                 pointers: list[int] = []
                 for slot, arg in enumerate(call.args):
-                    pointers.append(self._resolve(arg, ins, outs, scratch, len(pending), slot, pending_patches))
+                    pointers.append(self._resolve(arg, ins, outs, scratch, len(pending_args), slot, pending_patches))
                 tasks = call.tasks(self.threads) if call.tasks is not None and self.pool is not None else None
-                pending.append((call.address, pointers, [list(d) for d in tasks] if tasks else [list(call.dims)]))
+                entry = (call.address, len(pending_args), [list(d) for d in tasks] if tasks else [list(call.dims)])
+                pending_args.append(pointers)
+                if call.joins and i > 0 and pending:  # (within one step: the group of the call before)
+                    pending[-1].append(entry)
+                else:
+                    pending.append([entry])
                 self.native_calls += 1
                 self.parallel_calls += bool(tasks)
                 self.call_kinds[call.what.split(" (")[0]] += 1
                 self.call_steps.append((self.exe.steps[step_index].node.name, call.what))
-        self._flush(pending, pending_patches)
+        self._flush(pending, pending_args, pending_patches)
         self._program = PROGRAM(native_function("md_run_program"))
         self._work: list[tuple[bool, Any]] = [
             (True, _driver(self._program, s)) if isinstance(s, _Segment) else (False, s) for s in self.segments]
@@ -318,11 +339,11 @@ class BoundProgram:
             return 0
         return address + arg.offset if address else address
 
-    def _flush(self, pending: list[tuple[int, list[int], list[list[int]]]],
+    def _flush(self, pending: list[list[tuple[int, int, list[list[int]]]]], args: list[list[int]],
                patches: list[tuple[int, int, str, int, int]]) -> None:
         if not pending:
             return
-        segment = _Segment(pending, self.pool)
+        segment = _Segment(pending, args, self.pool)
         self.segments.append(segment)
         for call, slot, kind, position, offset in patches:
             self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position,
