@@ -550,14 +550,20 @@ def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, bands: b
     if bands:
         monkeypatch.setattr(conv_lowering, "BAND_BYTES", 1)
     graph = md.optimize(_convs(), level="aggressive")
-    exe = md.compile(graph, target="x86")
+    exe = md.compile(graph, target="x86", threads=1)
+    two = md.compile(graph, target="x86", threads=2, cache=False)
     ref = md.compile(graph, target="reference")
     for batch in (1, 3):
         feeds = {"x": RNG.standard_normal((batch, 6, 15, 15), dtype=np.float32)}
-        got, want = exe.run(feeds), ref.run(feeds)
-        for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
+        want = ref.run(feeds)
+        for got in (exe.run(feeds), two.run(feeds)):
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    program = two.executable.programs.bound({"n": 3})
+    groups = sum(segment.count for segment in program.segments)
+    if prefer in (conv1x1.OWN, conv1x1.OWN_C):  # each unit's im2col joins the product of the unit before
+        assert groups < program.native_calls, program.describe()
     own = sum(v for k, v in kinds.items() if k.startswith("conv2d own kernel"))
     width = conv1x1_width()  # the kernel's block of pixels: 16 (AVX2) or 32 (AVX-512)
     small = int(width <= 16)  # the 4x4 output: pixels as columns only where 16 pixels make a block
