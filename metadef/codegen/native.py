@@ -5,7 +5,9 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 
 - ``md_run_program(entries, n)``: calls ``entries[i].fn(entries[i].args, entries[i].dims)``
   for ``i < n``; a program is a table of such entries, prepared once per binding of the
-  symbolic dims, and one ctypes call (the GIL released) runs all of it.
+  symbolic dims, and one ctypes call (the GIL released) runs all of it. ``md_run_sequence``
+  does the same with the routines' convention (``args[0]``: the entries, ``dims[0]``: their
+  count): a task of the worker pool that is several calls in order.
 - ``md_sgemm``: a (batched) ``C = alpha * op(A) op(B) + beta * bias`` through the ``cblas_sgemm``
   whose address is ``args[3]`` (numpy's OpenBLAS), the bias broadcast into C first; a
   one-row product goes to the ``cblas_sgemv`` at ``args[5]`` instead (when not null).
@@ -124,6 +126,13 @@ def _program(module: ir.Module) -> None:
         b.call(_Callee(fields[0]), [fields[1], fields[2]])
 
     _loop(b, I64(0), n, call)
+    b.ret_void()
+
+    # md_run_sequence(args, dims): the entries at args[0], dims[0] of them, in order: one task
+    # of a pool group that runs several calls one after the other (each reads what the one
+    # before wrote)
+    b, args, dims = _define(module, "md_run_sequence")
+    b.call(fn, [_arg(b, args, 0, PTR), _arg(b, dims, 0, I64)])
     b.ret_void()
 
 
@@ -365,7 +374,8 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 14x14 0.10-0.11 -> 0.08, 7x7 0.08 -> 0.07 ms); the output transform needs no vectorizer either
 (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 
-MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker")}
+MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker"),
+                  "md_run_program": ("md_run_program", "md_run_sequence")}
 """The symbols of a routine's module besides the routine (by the routine's name)."""
 
 MODULE_OF = {symbol: routine for routine, symbols in MODULE_SYMBOLS.items() for symbol in symbols}

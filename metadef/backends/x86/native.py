@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import logging
 import math
@@ -86,6 +87,37 @@ class Call:
     what: str = ""
     tasks: Callable[[int], list[tuple[int, ...]] | None] | None = field(default=None, compare=False)
     joins: bool = False
+    steps: tuple[Call, ...] = ()
+    """A sequence (:func:`sequence`): these calls, one after the other, as one task."""
+
+
+BINDING_THREADS: contextvars.ContextVar[int] = contextvars.ContextVar("metadef_x86_binding_threads", default=1)
+"""The threads of the program being bound while its steps are lowered (a lowering that lays
+out work per thread reads it: :func:`binding_threads`)."""
+
+
+def binding_threads() -> int:
+    """The thread count of the program whose steps are being lowered (1 outside a binding).
+
+    Example:
+        >>> binding_threads()
+        1
+    """
+    return BINDING_THREADS.get()
+
+
+def sequence(calls: Sequence[Call], joins: bool = False) -> Call:
+    """One task of the worker pool that runs ``calls`` in order (``md_run_sequence``; none of
+    them split): with ``joins``, several such tasks side by side in one group, each its own
+    chain of calls (an image band's im2col, then its product, on one core).
+
+    Example:
+        >>> a = Call(1, (), (), "im2col"); b = Call(2, (), (), "product")
+        >>> [c.what for c in sequence([a, b]).steps], sequence([a, b]).dims
+        (['im2col', 'product'], (2,))
+    """
+    return Call(native_function("md_run_sequence"), (), (len(calls),), " then ".join(c.what for c in calls),
+                joins=joins, steps=tuple(calls))
 
 
 PARALLEL_ELEMENTS = 16384
@@ -534,4 +566,5 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 __all__ = ["ALIAS", "OWN_PRODUCTS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering",
            "attention_products", "bmm_call",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "known_choice", "needs", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]
+           "binding_threads", "known_choice", "needs", "sequence", "sgemm_call", "sgemm_dims", "timed_call",
+           "transposed_once"]

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
-from metadef.backends.x86.native import ALIAS, Arg, Call, NativeStep
+from metadef.backends.x86.native import ALIAS, BINDING_THREADS, Arg, Call, NativeStep
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
@@ -110,26 +110,37 @@ class _Storage:
     dtype: np.dtype
 
 
+_Entry = tuple[int, int, list[list[int]], "list[tuple[int, int, list[list[int]]]] | None"]
+"""A call of a segment: its function, the index of its pointers, its dims (one per task), and
+for a sequence (``md_run_sequence``, pointers -1) its calls in order (one dims each)."""
+
+
 class _Segment:
     """A maximal run of native steps: one call of the program driver. Each call of the
     segment has its dims, or one dims per task when it splits across the worker pool; with a
     pool the segment is a table of groups for ``md_run_tasks`` (a group's tasks run at once: a
     call's, and those of the calls that join it), else one table of its calls in order for
-    ``md_run_program``. ``groups``: each group's calls as ``(function, index into args, dims
-    of each task)``."""
+    ``md_run_program``. A sequence's task points at a table of its own calls."""
 
-    def __init__(self, groups: list[list[tuple[int, int, list[list[int]]]]], args: list[list[int]],
-                 pool: WorkerPool | None) -> None:
+    def __init__(self, groups: list[list[_Entry]], args: list[list[int]], pool: WorkerPool | None) -> None:
         self.pool = pool
         self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for a in args]
         self.dims: list[Any] = []  # (kept alive: the tables point at them)
+        self.sequences: list[Any] = []
         entries: list[list[tuple[int, Any, Any]]] = []
         for group in groups:
             entries.append([])
-            for fn, at, tasks in group:
+            for fn, at, tasks, steps in group:
+                if steps is not None:
+                    table = ((ctypes.c_void_p * 3) * len(steps))()
+                    for k, (inner_fn, inner_at, (dims,)) in enumerate(steps):
+                        self.dims.append((ctypes.c_int64 * max(1, len(dims)))(*dims))
+                        self._fill(table[k], (inner_fn, self.args[inner_at], self.dims[-1]))
+                    pointers = (ctypes.c_void_p * 1)(ctypes.addressof(table))
+                    self.sequences.append((table, pointers))
                 for dims in tasks:
                     self.dims.append((ctypes.c_int64 * max(1, len(dims)))(*dims))
-                    entries[-1].append((fn, self.args[at], self.dims[-1]))
+                    entries[-1].append((fn, pointers if steps is not None else self.args[at], self.dims[-1]))
         if pool is None:  # (one thread: every call in order, none joined or split)
             flat = [entry for group in entries for entry in group]
             self.count = len(flat)
@@ -177,7 +188,11 @@ class BoundProgram:
         self.symbols = dict(symbols)
         self.threads = threads
         self.pool = worker_pool(threads) if threads > 1 else None
-        self._build()
+        token = BINDING_THREADS.set(threads)
+        try:
+            self._build()
+        finally:
+            BINDING_THREADS.reset(token)
 
     # -------------------------------------------------------------------------- building
 
@@ -284,7 +299,7 @@ class BoundProgram:
         self.segments: list[_Segment | _PythonStep] = []
         self.kept: list[Any] = []
         self.checks: list[tuple[np.ndarray, Any]] = []  # (status words, message) read after each run
-        pending: list[list[tuple[int, int, list[list[int]]]]] = []  # groups of (fn, args index, task dims)
+        pending: list[list[_Entry]] = []  # groups of (fn, args index, task dims, a sequence's calls)
         pending_args: list[list[int]] = []
         pending_patches: list[tuple[int, int, str, int, int]] = []
         self.native_calls = self.python_steps = self.parallel_calls = 0
@@ -302,20 +317,26 @@ class BoundProgram:
             self.kept.append(what.keep)
             self.checks.extend(what.checks)
             for i, call in enumerate(what.calls):
-                pointers: list[int] = []
-                for slot, arg in enumerate(call.args):
-                    pointers.append(self._resolve(arg, ins, outs, scratch, len(pending_args), slot, pending_patches))
-                tasks = call.tasks(self.threads) if call.tasks is not None and self.pool is not None else None
-                entry = (call.address, len(pending_args), [list(d) for d in tasks] if tasks else [list(call.dims)])
-                pending_args.append(pointers)
+                inner = []
+                for one in call.steps or (call,):  # (a sequence: its calls, each with its pointers)
+                    pointers: list[int] = []
+                    for slot, arg in enumerate(one.args):
+                        pointers.append(self._resolve(arg, ins, outs, scratch, len(pending_args), slot,
+                                                      pending_patches))
+                    tasks = one.tasks(self.threads) if one.tasks is not None and self.pool is not None \
+                        and not call.steps else None
+                    dims = [list(d) for d in tasks] if tasks else [list(one.dims)]
+                    inner.append((one.address, len(pending_args), dims))
+                    pending_args.append(pointers)
+                    self.native_calls += 1
+                    self.parallel_calls += bool(tasks)
+                    self.call_kinds[one.what.split(" (")[0]] += 1
+                    self.call_steps.append((self.exe.steps[step_index].node.name, one.what))
+                entry = (call.address, -1, [list(call.dims)], inner) if call.steps else (*inner[0], None)
                 if call.joins and i > 0 and pending:  # (within one step: the group of the call before)
                     pending[-1].append(entry)
                 else:
                     pending.append([entry])
-                self.native_calls += 1
-                self.parallel_calls += bool(tasks)
-                self.call_kinds[call.what.split(" (")[0]] += 1
-                self.call_steps.append((self.exe.steps[step_index].node.name, call.what))
         self._flush(pending, pending_args, pending_patches)
         self._program = PROGRAM(native_function("md_run_program"))
         self._work: list[tuple[bool, Any]] = [
@@ -339,7 +360,7 @@ class BoundProgram:
             return 0
         return address + arg.offset if address else address
 
-    def _flush(self, pending: list[list[tuple[int, int, list[list[int]]]]], args: list[list[int]],
+    def _flush(self, pending: list[list[_Entry]], args: list[list[int]],
                patches: list[tuple[int, int, str, int, int]]) -> None:
         if not pending:
             return
