@@ -151,7 +151,9 @@ class WeightProduct:
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, bias_arg: Arg, residual: bool,
                  bounds: tuple[float, float]) -> None:
-        self.weight = np.asarray(weight, np.float32).reshape(weight.shape[0], -1)
+        self.weight: np.ndarray | None = np.asarray(weight, np.float32).reshape(weight.shape[0], -1)
+        """The unpacked weights; None once :meth:`drop_weights` let them go (whoever did gives
+        them back before packing another way)."""
         self.cout, self.depth = self.weight.shape
         self.bias, self.bias_arg, self.residual, self.bounds = bias, bias_arg, residual, bounds
         self._packed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -163,16 +165,23 @@ class WeightProduct:
         """The weights in the layout of ``kind`` and a bias to read (zeros, or the padded bias)."""
         kind = OWN if kind == OWN_C else kind
         if kind not in self._packed:
+            weight = self.weight
+            assert weight is not None, "weights dropped: give them back before packing another way"
             if kind == OWN:
-                self._packed[kind] = (pack_conv1x1_weights(self.weight), np.zeros(self.cout, np.float32))
+                self._packed[kind] = (pack_conv1x1_weights(weight), np.zeros(self.cout, np.float32))
             else:
-                w = pack_rows(self.weight, gemm_panel())  # = pack_gemm_weights(Wᵀ), without a transposed copy
+                w = pack_rows(weight, gemm_panel())  # = pack_gemm_weights(Wᵀ), without a transposed copy
                 b = np.zeros(w.shape[0] * w.shape[2], np.float32)
                 if self.bias is not None and self.bias_arg is not NULL:
                     b[:self.cout] = np.asarray(self.bias, np.float32).reshape(-1)
                 self._packed[kind] = (w, b)
-            release_mapped(self.weight)  # a weight mapped from a .mdef file: its pages leave the RSS
+            release_mapped(weight)  # a weight mapped from a .mdef file: its pages leave the RSS
         return self._packed[kind]
+
+    def drop_weights(self) -> None:
+        """Let the unpacked weights go: the packed ones are what the calls read (for Winograd's
+        transformed weights, a second copy of each product's: ResNet-50's took 90 MB)."""
+        self.weight = None
 
     def choice(self, p: int, bands: Sequence[int] = ()) -> str:
         """``OWN``, ``OWN_C``, ``OWN_T`` or ``BLAS`` for images of ``p`` pixels, measured once
@@ -202,7 +211,7 @@ class WeightProduct:
         bias = np.ones(-(-cout // panel) * panel, np.float32)
         res_address = res.ctypes.data if self.residual else 0
         candidates: dict[str, Any] = {}
-        w = np.ones_like(self.weight)
+        w = np.ones((self.cout, self.depth), np.float32)
         sgemm = timed_call(native_function("md_sgemm"), [w.ctypes.data, x.ctypes.data, y.ctypes.data,
                                                          blas.cblas_address("sgemm"), bias.ctypes.data, 0],
                            sgemm_dims(1, cout, p, depth, bias=(1, 0)))

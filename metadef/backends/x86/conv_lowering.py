@@ -90,7 +90,9 @@ def winograd_weights(w: np.ndarray, m: int = 2) -> np.ndarray:
 
 
 class _WinogradWeights:
-    """A conv's Winograd weights and the products of each tile size, made on first use."""
+    """A conv's Winograd weights and the products of each tile size, made on first use; once
+    the products are packed for our kernels, :meth:`drop` lets the transformed weights go
+    (ResNet-50's: 90 MB), and the next :meth:`of` makes them again (a few ms)."""
 
     def __init__(self, weight: np.ndarray) -> None:
         self.weight = weight
@@ -100,8 +102,18 @@ class _WinogradWeights:
     def of(self, m: int) -> tuple[np.ndarray, list[WeightProduct]]:
         if m not in self.u:
             self.u[m] = u = winograd_weights(np.asarray(self.weight, np.float32), m)
-            self.products[m] = [WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf)) for t in range(len(u))]
+            if m not in self.products:
+                self.products[m] = [WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf))
+                                    for t in range(len(u))]
+            for t, product in enumerate(self.products[m]):
+                product.weight = u[t]
         return self.u[m], self.products[m]
+
+    def drop(self, m: int) -> None:
+        """Let the transformed weights of ``m`` go (the products' packed copies are kept)."""
+        for product in self.products.get(m, ()):
+            product.drop_weights()
+        self.u.pop(m, None)
 
 
 def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
@@ -527,7 +539,11 @@ def _winograd_or_im2col(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: li
             i = first + j
             calls.append(Call(native_function(phase_routine(m, "out")), (scratch, out.at(4 * i * k * oh * ow), bias),
                               (*one, j, 0, 1), what + " output", split(k, j)))
-    keep = (u,) if kind == BLAS else (u, *(a for product in per_product for a in product.keep()))
+    if kind == BLAS:
+        keep: tuple[Any, ...] = (u,)
+    else:  # (the calls read the packed weights: the transformed ones can go)
+        keep = tuple(a for product in per_product for a in product.keep())
+        weights.drop(m)
     return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
 
 

@@ -275,6 +275,25 @@ def test_winograd_products_shared_by_a_group_of_images_match_the_reference(
         assert any(kind.startswith(f"conv2d winograd F({m}x{m},3x3)") for kind in kinds), kinds
 
 
+def test_winograd_weights_made_again_for_a_product_packed_another_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a Winograd conv's products are packed, its transformed weights go (ResNet-50: 90
+    MB); a later binding whose products take another kernel (or sgemm, which reads them as
+    they are) makes them again."""
+    from metadef.backends.x86 import conv1x1, conv_lowering
+    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: ("winograd4", "forced by the test"))
+    g = _graph("""graph g(%x: f32[n,8,20,20]) -> (%y) {
+      %w: f32[12,8,3,3] = const
+      %y: f32[n,12,20,20] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
+      return %y }""")
+    sess = md.compile(g, target="x86", cache=False, threads=1)
+    for n, prefer in ((1, conv1x1.OWN_T), (2, conv1x1.OWN), (3, "sgemm")):
+        monkeypatch.setattr(conv1x1, "PREFER", prefer)
+        feeds = {"x": RNG.standard_normal((n, 8, 20, 20), dtype=np.float32)}
+        want = _reference(g, feeds)["y"]
+        np.testing.assert_allclose(sess.run(feeds)["y"], want, rtol=1e-4, atol=3e-5 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize(("limit", "refused"), [("2", "winograd F(4x4"), ("0", "winograd")])
 def test_metadef_winograd_limits_the_tiles_a_conv_may_take(monkeypatch: pytest.MonkeyPatch, limit: str,
                                                            refused: str) -> None:
