@@ -25,7 +25,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
-  same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`).
+  same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`);
+  ``md_softmax_rows`` the softmax between them, the mask added (:mod:`.native_softmax`).
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
@@ -96,6 +97,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
+from metadef.codegen.native_softmax import _softmax_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
 from metadef.core.errors import BackendError
 
@@ -350,6 +352,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_bmm": _bmm,
+    "md_softmax_rows": _softmax_rows,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     "md_run_tasks": _pool_module,
@@ -362,7 +365,8 @@ code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bi
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
                                 "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
-                                "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in", "md_winograd4_out"})
+                                "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in", "md_winograd4_out",
+                                "md_softmax_rows"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,

@@ -45,6 +45,7 @@ from metadef.codegen.native import (
     native_function,
 )
 from metadef.codegen.native_bmm import BMM_STACK_FLOATS, bmm_dims, bmm_packed_floats
+from metadef.codegen.native_softmax import softmax_dims
 from metadef.core.errors import MetadefError
 
 log = logging.getLogger("metadef.backends.x86")
@@ -477,10 +478,12 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
             return f"the softmax kernel does not take these shapes ({e})"
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
         products = attention_products(batch, m, n, d, dv)
-        soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
-                                      *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
-                    tuple(dims), "attention softmax",
-                    kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores]))
+        soft = softmax_rows_call(q[:-2], m, n, mask, s_arg, sources[3] if mask is not None else NULL, p_arg)
+        if soft is None:  # (a mask md_softmax_rows cannot walk: the generated kernel broadcasts any)
+            soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
+                                          *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
+                        tuple(dims), "attention softmax",
+                        kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores]))
         if products == OWN_PRODUCTS:
             calls = (bmm_call((sources[0], sources[1], s_arg), batch, m, n, d, "attention scores own kernel",
                               trans_b=True, alpha=scale),
@@ -496,7 +499,47 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
 
-    return needing(lower, "md_sgemm", "md_bmm")
+    return needing(lower, "md_sgemm", "md_bmm", "md_softmax_rows")
+
+
+def softmax_rows_call(batch: Shape, m: int, n: int, mask: Shape | None, scores: Arg, mask_arg: Arg,
+                      out: Arg) -> Call | None:
+    """``md_softmax_rows`` over scores ``[*batch, m, n]`` (contiguous at ``scores``), the mask
+    (``mask_arg``, of shape ``mask``: numpy-broadcast to the scores) added first, when the mask
+    reduces to the routine's strides (its batch axes flattened to ``(outer, heads)``, ``heads``
+    the last; each axis either whole or of size 1, the outer ones all whole or all 1); else None.
+
+    Example:
+        >>> call = softmax_rows_call((2, 12), 128, 128, (2, 1, 1, 128), Arg("scratch", 0), Arg("in", 3),
+        ...                          Arg("scratch", 1))
+        >>> call.dims[:8]
+        (24, 12, 128, 128, 128, 0, 0, 1)
+    """
+    items = math.prod(batch)
+    heads = batch[-1] if batch else 1
+    strides = None
+    if mask is not None:
+        rank = len(batch) + 2
+        if len(mask) > rank or not mask or mask[-1] != n or (len(mask) > 1 and mask[-2] not in (1, m)):
+            return None
+        shape = (1,) * (rank - len(mask)) + tuple(mask)
+        if any(s not in (1, full) for s, full in zip(shape[:-2], batch)):
+            return None
+        dense = [math.prod(shape[k + 1:]) for k in range(rank)]
+        st = [0 if shape[k] == 1 else dense[k] for k in range(rank)]
+        outer = shape[:len(batch) - 1]
+        if len(outer) > 1 and not (all(s == 1 for s in outer) or tuple(outer) == tuple(batch[:-1])):
+            return None
+        m_outer = st[len(batch) - 2] if len(batch) >= 2 else 0
+        strides = (m_outer, st[len(batch) - 1] if batch else 0, st[rank - 2])
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or items * m * n < PARALLEL_ELEMENTS or items * m < count:
+            return None
+        return [softmax_dims(items, heads, m, n, mask=strides, task=t, tasks=count) for t in range(count)]
+
+    return Call(native_function("md_softmax_rows"), (scores, mask_arg, out),
+                softmax_dims(items, heads, m, n, mask=strides), "attention softmax rows", tasks)
 
 
 OWN_PRODUCTS = "own micro-kernel (md_bmm)"
@@ -566,5 +609,5 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 __all__ = ["ALIAS", "OWN_PRODUCTS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "attention_lowering",
            "attention_products", "bmm_call",
            "gemm_lowering", "kernel_lowering", "kernel_tasks", "matmul_lowering", "measured_choice", "needing",
-           "binding_threads", "known_choice", "needs", "sequence", "sgemm_call", "sgemm_dims", "timed_call",
-           "transposed_once"]
+           "binding_threads", "known_choice", "needs", "sequence", "softmax_rows_call", "sgemm_call", "sgemm_dims",
+           "timed_call", "transposed_once"]

@@ -6,6 +6,7 @@ reference kernels (with a recorded reason), and these tests check exactly that p
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import numpy as np
@@ -16,6 +17,7 @@ from metadef.backends.reference import ReferenceBackend
 from metadef.backends.x86 import X86Backend
 from metadef.backends.x86.contractions import blas_info, blas_threads, conv_variant, set_blas_threads
 from metadef.backends.x86.mapping import split_epilogue
+from metadef.codegen.native import ENTRY, native_function
 from metadef.core.errors import BackendError, InputError
 from metadef.ir import GraphBuilder
 from metadef.runtime.session import Session
@@ -257,3 +259,59 @@ def test_attention_products_by_our_kernel_or_sgemm_match_reference(products: str
     own = products.startswith("own")
     assert kinds["attention scores own kernel" if own else "attention scores"] == 1
     assert kinds["attention values own kernel" if own else "attention values"] == 1
+    assert kinds["attention softmax rows"] == 1
+
+
+# (mask shape, whether md_softmax_rows walks it; else the generated softmax kernel broadcasts it)
+_MASKS = [("f32[b,1,1,t]", True), ("f32[b,3,s,t]", True), ("f32[1,3,1,t]", True), ("f32[s,t]", True),
+          ("f32[1,t]", True), ("f32[b,1,s,t]", True), ("f32[b,3,s,1]", False), (None, True)]
+
+
+@pytest.mark.parametrize(("mask_type", "native"), _MASKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_softmax_rows_take_every_mask_shape(mask_type: str | None, native: bool, threads: int) -> None:
+    """The softmax between attention's products runs as ``md_softmax_rows`` for masks whose
+    broadcast reduces to its strides (and the generated kernel for the others): the reference's
+    answers for each, on 1 and 2 threads, rows of 41 columns (two vectors and a tail of 9)."""
+    bld = GraphBuilder("attn")
+    q = bld.input("q", parse_type("f32[b,3,s,8]"))
+    k = bld.input("k", parse_type("f32[b,3,t,8]"))
+    v = bld.input("v", parse_type("f32[b,3,t,5]"))
+    inputs = [q, k, v] + ([bld.input("mask", parse_type(mask_type))] if mask_type else [])
+    y, = bld.node("Attention", inputs, {"scale": 0.5}, name="/attn", domain="ai.metadef")
+    bld.output(y)
+    g = bld.build()
+    sess = md.compile(g, target="x86", threads=threads, cache=False)
+    ref = md.compile(g, target="reference")
+    b, s, t = 2, 7, 41
+    feeds = {"q": _rand(b, 3, s, 8), "k": _rand(b, 3, t, 8), "v": _rand(b, 3, t, 5)}
+    if mask_type:
+        dims = {"b": b, "s": s, "t": t}
+        shape = [dims.get(d) or int(d) for d in mask_type[4:-1].split(",")]
+        feeds["mask"] = np.where(RNG.random(shape) < 0.3, -1e4, RNG.standard_normal(shape)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(feeds)[y.name], ref.run(feeds)[y.name], rtol=1e-4, atol=1e-5)
+    kinds = sess.executable.programs.bound({"b": b, "s": s, "t": t}).call_kinds
+    assert kinds["attention softmax rows" if native else "attention softmax"] == 1, kinds
+
+
+def test_softmax_rows_match_numpy_with_nan_and_tasks() -> None:
+    """``md_softmax_rows`` directly: a row with a NaN comes out all NaN (as numpy's), very
+    negative scores give zeros, not NaN, and three tasks cover every row once."""
+    from metadef.codegen.native_softmax import softmax_dims
+    fn = ENTRY(native_function("md_softmax_rows"))
+    s = (RNG.standard_normal((6, 5, 35)) * 8).astype(np.float32)
+    s[1, 2, 17] = np.nan
+    s[2, 0, :] = -1e30
+    s[2, 0, 3] = 0.0
+    mask = RNG.standard_normal((2, 1, 35)).astype(np.float32)  # (items 6 = 2 outer x 3 heads)
+    p = np.full_like(s, 7.0)
+    for task in range(3):
+        dims = softmax_dims(6, 3, 5, 35, mask=(35, 0, 0), task=task, tasks=3)
+        fn((ctypes.c_void_p * 3)(s.ctypes.data, mask.ctypes.data, p.ctypes.data), (ctypes.c_int64 * 10)(*dims))
+    x = s.reshape(2, 3, 5, 35) + mask[:, None]
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        want = (e / e.sum(-1, keepdims=True)).reshape(6, 5, 35)
+    np.testing.assert_allclose(p, want, rtol=2e-6, atol=1e-7)
+    assert np.isnan(p[1, 2]).all() and not np.isnan(np.delete(p.reshape(30, 35), 7, axis=0)).any()
+    assert p[2, 0, 3] == pytest.approx(1.0) and p[2, 0].sum() == pytest.approx(1.0)
