@@ -51,13 +51,13 @@ import numpy as np
 
 from metadef.analysis.samples import separable_symbol
 from metadef.backends.base import plan_frees
-from metadef.backends.x86.conv_lowering import winograd_limit
 from metadef.backends.x86.mapping import CODEGEN_MISSING, Choice, StepKernel, choose, replay
 from metadef.backends.x86.native import Lowering, needs
 from metadef.backends.x86.parallel import helpers
 from metadef.backends.x86.pieces import Pieces, choose_pieces, output_specs, run_pieces
 from metadef.backends.x86.program import ProgramPool, Unplannable
 from metadef.backends.x86.threads import current_threads, set_threads
+from metadef.backends.x86.winograd import winograd_limit
 from metadef.cache import DiskKernelStore, PlanMismatch, Store, compile_cached, kernel_key
 from metadef.codegen.host import source_digest
 from metadef.codegen.kernel import CompiledElsewhere, KernelCode, KernelStore, record_kernels, replay_kernels

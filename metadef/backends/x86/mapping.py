@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from metadef.backends.x86 import attention, conv1x1, conv_transpose, gemm, movement, native
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86 import conv1x1, conv_transpose, gemm, movement, native
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
@@ -282,8 +282,8 @@ def _depthwise3x3(node: Node, consts: Sequence[np.ndarray | None]) -> bool:
 def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
                       consts: Sequence[np.ndarray | None]) -> Lowering | None:
     softmax = _attention_softmax(node)
-    return None if softmax is None else native.attention_lowering(attrs_of(node), sources, out,
-                                                                  _dtype_of(node), softmax)
+    return None if softmax is None else attention.attention_lowering(attrs_of(node), sources, out,
+                                                                     _dtype_of(node), softmax)
 
 
 native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.ndarray | None]],

@@ -213,10 +213,10 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
     """Winograd's products (16 for F(2x2), 36 for F(4x4)) through sgemm or our kernels
     (pixels as columns where a tile of 16 fits, as rows), or im2col, against the reference,
     on 1 and 2 threads."""
-    from metadef.backends.x86 import conv1x1, conv_lowering
+    from metadef.backends.x86 import conv1x1, winograd
     from metadef.codegen.native_winograd import winograd_fits
-    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
-    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     monkeypatch.setattr(conv1x1, "PREFER", products)
     out = size + 2 * pad - 2
     g = _graph(f"""graph g(%x: f32[n,8,{size},{size}]) -> (%y) {{
@@ -237,7 +237,7 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
         expect = f"conv2d winograd F({m}x{m},3x3)" if choice != "im2col" else "conv2d im2col"
         assert any(kind.startswith(expect) for kind in program.call_kinds), program.call_kinds
         own = sum(v for kind, v in program.call_kinds.items() if kind.startswith("conv2d winograd product own"))
-        group = conv_lowering.winograd_group(2, 8, 12, out, out, m)  # (images sharing each product)
+        group = winograd.winograd_group(2, 8, 12, out, out, m)  # (images sharing each product)
         tiles = group * (-(-out // m)) ** 2
         columns = products == conv1x1.OWN and tiles >= conv1x1_width()  # (a block of the kernel's pixels)
         assert own == (2 // group * (m + 2) ** 2 if products == conv1x1.OWN_T or columns else 0)
@@ -253,14 +253,14 @@ def test_winograd_products_shared_by_a_group_of_images_match_the_reference(
         monkeypatch: pytest.MonkeyPatch, m: int, products: str) -> None:
     """More output channels than an image has tiles: the images of a batch share each product
     (their tiles side by side in the workspace), in groups that fit its size (here 2 and 1 of 3)."""
-    from metadef.backends.x86 import conv1x1, conv_lowering
-    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
-    monkeypatch.setattr(conv_lowering, "measured_choice",
+    from metadef.backends.x86 import conv1x1, winograd
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice",
                         lambda key, candidates: ("winograd4" if m == 4 else "winograd", "forced by the test"))
     monkeypatch.setattr(conv1x1, "PREFER", products)
-    two_images = 4 * conv_lowering.winograd_workspace(16, 64, 14, 14, m, 2)
-    monkeypatch.setattr(conv_lowering, "WINOGRAD_GROUP_BYTES", two_images)
-    assert conv_lowering.winograd_group(3, 16, 64, 14, 14, m) == 2
+    two_images = 4 * winograd.winograd_workspace(16, 64, 14, 14, m, 2)
+    monkeypatch.setattr(winograd, "WINOGRAD_GROUP_BYTES", two_images)
+    assert winograd.winograd_group(3, 16, 64, 14, 14, m) == 2
     g = _graph("""graph g(%x: f32[n,16,14,14]) -> (%y) {
       %w: f32[64,16,3,3] = const
       %b: f32[64] = const
@@ -279,9 +279,9 @@ def test_winograd_weights_made_again_for_a_product_packed_another_way(monkeypatc
     """Once a Winograd conv's products are packed, its transformed weights go (ResNet-50: 90
     MB); a later binding whose products take another kernel (or sgemm, which reads them as
     they are) makes them again."""
-    from metadef.backends.x86 import conv1x1, conv_lowering
-    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
-    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: ("winograd4", "forced by the test"))
+    from metadef.backends.x86 import conv1x1, winograd
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: ("winograd4", "forced by the test"))
     g = _graph("""graph g(%x: f32[n,8,20,20]) -> (%y) {
       %w: f32[12,8,3,3] = const
       %y: f32[n,12,20,20] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
@@ -318,9 +318,9 @@ def test_metadef_winograd_limits_the_tiles_a_conv_may_take(monkeypatch: pytest.M
 def test_a_3x3_conv_without_bias_reads_no_bias(monkeypatch: pytest.MonkeyPatch, choice: str) -> None:
     """A conv without a bias passes a null bias pointer: the output transform must not load
     through it (a select of the load did, and crashed the process)."""
-    from metadef.backends.x86 import conv_lowering
-    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
-    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    from metadef.backends.x86 import winograd
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     g = _graph("""graph g(%x: f32[n,8,16,16]) -> (%y) {
       %w: f32[8,8,3,3] = const
       %y: f32[n,8,16,16] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
@@ -401,9 +401,9 @@ def test_a_fused_3x3_conv_and_activation_by_winograd_bounds_its_output_transform
         monkeypatch: pytest.MonkeyPatch, choice: str, act: str) -> None:
     """Conv + Relu (or Clip) fused: Winograd applies the bounds as its output transform stores
     (no epilogue kernel); im2col puts them in our kernel's stores."""
-    from metadef.backends.x86 import conv1x1, conv_lowering
-    monkeypatch.setattr(conv_lowering, "known_choice", lambda key, names: None)
-    monkeypatch.setattr(conv_lowering, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
+    from metadef.backends.x86 import conv1x1, winograd
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     monkeypatch.setattr(conv1x1, "PREFER", conv1x1.OWN)
     bounds = "" if act == "Relu" else ", %lo, %hi"
     consts = "" if act == "Relu" else "%lo: f32[] = const [-0.5]\n      %hi: f32[] = const [0.75]\n      "

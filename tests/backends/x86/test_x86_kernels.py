@@ -238,8 +238,8 @@ def test_attention_products_by_our_kernel_or_sgemm_match_reference(products: str
     """Attention's two products through md_bmm (each head's Kᵀ and V packed, the scale in the
     packing; a last panel narrower than the kernel's) or OpenBLAS, with a mask, on 1 and 2
     threads: the reference's answers and the chosen calls."""
-    from metadef.backends.x86 import native
-    monkeypatch.setattr(native, "attention_products", lambda *args: products)
+    from metadef.backends.x86 import attention
+    monkeypatch.setattr(attention, "attention_products", lambda *args: products)
     bld = GraphBuilder("attn")
     q = bld.input("q", parse_type("f32[b,3,s,20]"))
     k = bld.input("k", parse_type("f32[b,3,t,20]"))
@@ -277,9 +277,9 @@ def test_attention_softmax_rows_take_every_mask_shape(mask_type: str | None, nat
     answers for each, on 1 and 2 threads, rows of 41 columns (two vectors and a tail of 9); in
     sequences of whole batch items (two threads) or of single heads (``chunk_bytes`` 1), each
     finding its rows of the mask."""
-    from metadef.backends.x86 import native as x86_native
+    from metadef.backends.x86 import attention
     if chunk_bytes is not None:
-        monkeypatch.setattr(x86_native, "ATTENTION_CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(attention, "ATTENTION_CHUNK_BYTES", chunk_bytes)
     bld = GraphBuilder("attn")
     q = bld.input("q", parse_type("f32[b,3,s,8]"))
     k = bld.input("k", parse_type("f32[b,3,t,8]"))

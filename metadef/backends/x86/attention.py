@@ -1,0 +1,269 @@
+"""Attention on x86: ``ai.metadef::Attention`` lowered to native calls (see
+:func:`attention_lowering`): two batched products (``md_bmm``, our micro-kernel, or OpenBLAS's
+sgemm, whichever measures faster) around ``md_softmax_rows`` (or the generated softmax kernel
+for a mask it cannot walk); at batch sizes where the scores outgrow a core's cache, in
+sequences of a few heads (:func:`attention_chunk`).
+
+Example:
+    >>> [attention_chunk(batch, 12, 128, 128, threads) for batch, threads in ((12, 1), (96, 2))]
+    [4, 4]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86.native import (
+    NULL,
+    PARALLEL_ELEMENTS,
+    PARALLEL_FLOPS,
+    Arg,
+    Call,
+    Lowering,
+    NativeStep,
+    Shape,
+    _blas,
+    _f32,
+    binding_threads,
+    kernel_tasks,
+    known_choice,
+    measured_choice,
+    needing,
+    sequence,
+    sgemm_call,
+    sgemm_dims,
+    timed_call,
+)
+from metadef.codegen.native import native_function
+from metadef.codegen.native_bmm import BMM_STACK_FLOATS, bmm_dims, bmm_packed_floats
+from metadef.codegen.native_softmax import softmax_dims
+from metadef.core.errors import MetadefError
+
+
+def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
+                       softmax: Any) -> Lowering:
+    """``softmax(scale * Q Kᵀ + mask) V`` as a batched product into a scratch ``S``, the
+    generated ``softmax`` kernel (its inputs: ``S`` and, when present, the mask; the mask add
+    fused) into a scratch ``P``, and a batched product ``P V`` into the output. The products
+    are ``md_bmm`` (our micro-kernel, each head's second operand packed on the stack) or
+    OpenBLAS's batched sgemm, whichever measures faster on the shapes (:func:`attention_products`)."""
+    scale = float(attrs["scale"])
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
+              symbols: Mapping[str, int]) -> NativeStep | str:
+        q, k, v = inputs[0], inputs[1], inputs[2]
+        why = _f32(q is not None and k is not None and v is not None, [dtype])
+        if why:
+            return why
+        assert q is not None and k is not None and v is not None
+        if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]):
+            return f"Attention batch axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
+        batch, m, d, n, dv = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
+        mask = inputs[3] if len(inputs) > 3 else None
+        scores = (*q[:-1], n)
+        try:
+            dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
+        except MetadefError as e:
+            return f"the softmax kernel does not take these shapes ({e})"
+        s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
+        products = attention_products(batch, m, n, d, dv)
+        heads = q[-3] if len(q) > 2 else 1
+        strides = mask_strides(q[:-2], m, n, mask)
+        chunk = attention_chunk(batch, heads, m, n, binding_threads()) if strides != "unsupported" else batch
+        if chunk < batch:  # in sequences of a few heads each: S and P stay in the core's cache
+            return _attention_chunks(sources, out, batch, heads, (m, n, d, dv), scale, products, chunk,
+                                     None if strides is None else strides, softmax)
+        soft = softmax_rows_call(q[:-2], m, n, mask, s_arg, sources[3] if mask is not None else NULL, p_arg)
+        if soft is None:  # (a mask md_softmax_rows cannot walk: the generated kernel broadcasts any)
+            soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
+                                          *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
+                        tuple(dims), "attention softmax",
+                        kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores]))
+        calls = _attention_products(sources, out, batch, (m, n, d, dv), scale, products, s_arg, p_arg, soft)
+        size = 4 * batch * m * n
+        return NativeStep(calls, (size, size), (softmax,))
+
+    return needing(lower, "md_sgemm", "md_bmm", "md_softmax_rows", "md_run_program")
+
+
+def _attention_products(sources: Sequence[Arg], out: Arg, batch: int, sizes: tuple[int, int, int, int], scale: float,
+                        products: str, s_arg: Arg, p_arg: Arg, soft: Call) -> tuple[Call, Call, Call]:
+    """Scores into ``s_arg``, ``soft``, then values from ``p_arg`` into ``out``, for ``batch``
+    items from ``sources`` (Q, K, V) as they are given (offsets included)."""
+    m, n, d, dv = sizes
+    if products == OWN_PRODUCTS:
+        return (bmm_call((sources[0], sources[1], s_arg), batch, m, n, d, "attention scores own kernel",
+                         trans_b=True, alpha=scale),
+                soft,
+                bmm_call((p_arg, sources[2], out), batch, m, dv, n, "attention values own kernel"))
+    gemm, gemv = _blas(), _blas("sgemv")
+    return (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d,
+                       "attention scores", trans_b=True, strides=(m * d, n * d, m * n), alpha=scale),
+            soft,
+            sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
+                       strides=(m * n, n * dv, m * dv)))
+
+
+ATTENTION_CHUNK_BYTES = 512 << 10
+"""The most scores and probabilities (``S`` and ``P``, float32) a sequence of attention's heads
+may hold: they stay in a core's L2 between the products and the softmax."""
+
+
+def attention_chunk(batch: int, heads: int, m: int, n: int, threads: int) -> int:
+    """How many of ``batch`` heads (items) run as one sequence of attention's three calls: a
+    divisor of ``heads`` or a multiple of it (so a mask row is found from the first), whose
+    ``S`` and ``P`` fit :data:`ATTENTION_CHUNK_BYTES`, the number of sequences a multiple of
+    ``threads`` (or at least 4 a thread); ``batch`` itself: one sequence, the calls split
+    across the threads instead.
+
+    Example:
+        >>> [attention_chunk(batch, 12, 128, 128, threads) for batch, threads in ((12, 1), (12, 2), (96, 2))]
+        [4, 3, 4]
+    """
+    per_item = 8 * m * n
+    options = {c for c in range(1, heads + 1) if heads % c == 0}
+    options |= {heads * k for k in range(1, batch // max(heads, 1) + 1)}
+    fits = sorted(c for c in options if c <= batch and c * per_item <= ATTENTION_CHUNK_BYTES)
+    if not fits:
+        return 1 if per_item > ATTENTION_CHUNK_BYTES and batch > 1 else batch
+    units = {c: -(-batch // c) for c in fits}
+    balanced = [c for c in fits if threads == 1 or units[c] % threads == 0 or units[c] >= 4 * threads]
+    return max(balanced or fits)
+
+
+def _attention_chunks(sources: Sequence[Arg], out: Arg, batch: int, heads: int, sizes: tuple[int, int, int, int],
+                      scale: float, products: str, chunk: int, strides: tuple[int, int, int] | None,
+                      softmax: Any) -> NativeStep:
+    """Attention in sequences of ``chunk`` heads (scores, ``md_softmax_rows``, values on one
+    thread), as many side by side as the binding has threads, each with its own ``S`` and
+    ``P``: they stay in that core's cache (BERT at batch 8: 6.3 MB each, through memory)."""
+    m, n, d, dv = sizes
+    width = max(1, binding_threads())
+    per = 4 * chunk * m * n
+    calls = []
+    for u, i0 in enumerate(range(0, batch, chunk)):
+        count, j = min(chunk, batch - i0), u % width
+        s_arg, p_arg = Arg("scratch", 0).at(j * per), Arg("scratch", 1).at(j * per)
+        items = (sources[0].at(4 * i0 * m * d), sources[1].at(4 * i0 * n * d), sources[2].at(4 * i0 * n * dv))
+        if strides is None:
+            mask, dims = NULL, softmax_dims(count, count, m, n)
+        else:
+            m_outer, m_head, m_row = strides
+            if chunk % heads == 0:  # whole batch items: the mask's outer index moves with them
+                base, dims = (i0 // heads) * m_outer, softmax_dims(count, heads, m, n, mask=strides)
+            else:  # a few heads of one batch item
+                base = (i0 // heads) * m_outer + (i0 % heads) * m_head
+                dims = softmax_dims(count, count, m, n, mask=(0, m_head, m_row))
+            mask = sources[3].at(4 * base)
+        soft = Call(native_function("md_softmax_rows"), (s_arg, mask, p_arg), dims, "attention softmax rows")
+        steps = _attention_products(items, out.at(4 * i0 * m * dv), count, sizes, scale, products, s_arg, p_arg, soft)
+        calls.append(sequence(steps, joins=j > 0))
+    return NativeStep(tuple(calls), (width * per, width * per), (softmax,))
+
+
+def mask_strides(batch: Shape, m: int, n: int, mask: Shape | None) -> tuple[int, int, int] | str | None:
+    """The strides ``(m_outer, m_head, m_row)`` at which ``md_softmax_rows`` walks ``mask`` for
+    scores ``[*batch, m, n]`` (see :func:`softmax_rows_call`), None without a mask, or
+    ``"unsupported"``.
+
+    Example:
+        >>> mask_strides((2, 12), 128, 128, (2, 1, 1, 128)), mask_strides((2, 12), 7, 9, (2, 12, 7, 1))
+        ((128, 0, 0), 'unsupported')
+    """
+    if mask is None:
+        return None
+    rank = len(batch) + 2
+    if len(mask) > rank or not mask or mask[-1] != n or (len(mask) > 1 and mask[-2] not in (1, m)):
+        return "unsupported"
+    shape = (1,) * (rank - len(mask)) + tuple(mask)
+    if any(s not in (1, full) for s, full in zip(shape[:-2], batch)):
+        return "unsupported"
+    dense = [math.prod(shape[k + 1:]) for k in range(rank)]
+    st = [0 if shape[k] == 1 else dense[k] for k in range(rank)]
+    outer = shape[:len(batch) - 1]
+    if len(outer) > 1 and not (all(s == 1 for s in outer) or tuple(outer) == tuple(batch[:-1])):
+        return "unsupported"
+    m_outer = st[len(batch) - 2] if len(batch) >= 2 else 0
+    return (m_outer, st[len(batch) - 1] if batch else 0, st[rank - 2])
+
+
+def softmax_rows_call(batch: Shape, m: int, n: int, mask: Shape | None, scores: Arg, mask_arg: Arg,
+                      out: Arg) -> Call | None:
+    """``md_softmax_rows`` over scores ``[*batch, m, n]`` (contiguous at ``scores``), the mask
+    (``mask_arg``, of shape ``mask``: numpy-broadcast to the scores) added first, when the mask
+    reduces to the routine's strides (its batch axes flattened to ``(outer, heads)``, ``heads``
+    the last; each axis either whole or of size 1, the outer ones all whole or all 1); else None.
+
+    Example:
+        >>> call = softmax_rows_call((2, 12), 128, 128, (2, 1, 1, 128), Arg("scratch", 0), Arg("in", 3),
+        ...                          Arg("scratch", 1))
+        >>> call.dims[:8]
+        (24, 12, 128, 128, 128, 0, 0, 1)
+    """
+    items = math.prod(batch)
+    heads = batch[-1] if batch else 1
+    strides = mask_strides(batch, m, n, mask)
+    if isinstance(strides, str):
+        return None
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or items * m * n < PARALLEL_ELEMENTS or items * m < count:
+            return None
+        return [softmax_dims(items, heads, m, n, mask=strides, task=t, tasks=count) for t in range(count)]
+
+    return Call(native_function("md_softmax_rows"), (scores, mask_arg, out),
+                softmax_dims(items, heads, m, n, mask=strides), "attention softmax rows", tasks)
+
+
+OWN_PRODUCTS = "own micro-kernel (md_bmm)"
+
+
+def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
+    """One ``md_bmm`` call (``options``: ``trans_b``, ``alpha``) that splits across the worker
+    pool by batch items.
+
+    Example:
+        >>> call = bmm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 12, 128, 128, 64, "scores")
+        >>> [dims[-2:] for dims in call.tasks(2)]
+        [(0, 2), (1, 2)]
+    """
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or batch < count or batch * m * n * k < PARALLEL_FLOPS:
+            return None
+        return [bmm_dims(batch, m, n, k, **options, task=t, tasks=count) for t in range(count)]
+
+    return Call(native_function("md_bmm"), args, bmm_dims(batch, m, n, k, **options), what, tasks)
+
+
+def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
+    """:data:`OWN_PRODUCTS` or ``"sgemm"`` for attention's two products on these shapes:
+    measured once (:func:`measured_choice`) where each head's packed operands fit
+    ``md_bmm``'s stack buffer, else OpenBLAS."""
+    names = (OWN_PRODUCTS, "sgemm")
+    if max(bmm_packed_floats(n, d), bmm_packed_floats(dv, n)) > BMM_STACK_FLOATS:
+        return "sgemm"
+    key = ("attention products", batch, m, n, d, dv)
+    known = known_choice(key, names)
+    if known is not None:
+        return known
+    q, k, v = (np.ones((batch, rows, cols), np.float32) for rows, cols in ((m, d), (n, d), (n, dv)))
+    s, out = np.empty((batch, m, n), np.float32), np.empty((batch, m, dv), np.float32)
+    bmm, sgemm = native_function("md_bmm"), native_function("md_sgemm")
+    gemm, gemv = blas.cblas_address("sgemm"), blas.cblas_address("sgemv")
+    own = (timed_call(bmm, [q.ctypes.data, k.ctypes.data, s.ctypes.data], bmm_dims(batch, m, n, d, trans_b=True)),
+           timed_call(bmm, [s.ctypes.data, v.ctypes.data, out.ctypes.data], bmm_dims(batch, m, dv, n)))
+    library = (timed_call(sgemm, [q.ctypes.data, k.ctypes.data, s.ctypes.data, gemm, 0, gemv],
+                          sgemm_dims(batch, m, n, d, trans_b=True, strides=(m * d, n * d, m * n))),
+               timed_call(sgemm, [s.ctypes.data, v.ctypes.data, out.ctypes.data, gemm, 0, gemv],
+                          sgemm_dims(batch, m, dv, n, strides=(m * n, n * dv, m * dv))))
+    return measured_choice(key, {OWN_PRODUCTS: lambda: [c() for c in own],
+                                 "sgemm": lambda: [c() for c in library]})[0]
+
+
+__all__ = ["ATTENTION_CHUNK_BYTES", "OWN_PRODUCTS", "attention_chunk", "attention_lowering", "attention_products",
+           "bmm_call", "mask_strides", "softmax_rows_call"]

@@ -1,0 +1,359 @@
+"""Winograd convolutions on x86: a 3x3 stride-1 conv as F(2x2, 3x3) or F(4x4, 3x3) (the
+transforms: :mod:`metadef.codegen.native_winograd`), chosen against im2col by measurement per
+shape (:func:`winograd_choice`), in three phases per image: the input transform split over
+the channels, the ``a²`` products (our kernels as one pool group, or a batched sgemm), the
+output transform split over the output channels (:func:`winograd_step`). Where the transformed
+weights outweigh an image's tiles, the images of a batch share each product
+(:func:`winograd_group`).
+
+Example:
+    >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32)).shape
+    (16, 2, 3)
+    >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32), m=4).shape
+    (36, 2, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86.conv1x1 import BLAS, OWN_C, OWN_T, WeightProduct
+from metadef.backends.x86.native import (
+    NULL,
+    Arg,
+    Call,
+    NativeStep,
+    Shape,
+    _blas,
+    known_choice,
+    measured_choice,
+    sgemm_call,
+    sgemm_dims,
+    timed_call,
+)
+from metadef.codegen.native import IM2COL_DIMS, native_function
+from metadef.codegen.native_gemm import (
+    conv1x1_dims,
+    conv1x1_rows,
+    conv1x1t_dims,
+    gemm_lda,
+    gemm_panel,
+    transpose_dims,
+)
+from metadef.codegen.native_winograd import (
+    WINOGRAD_SIZES,
+    WinogradPlan,
+    phase_routine,
+    winograd_fits,
+    winograd_matrices,
+    winograd_plan,
+    winograd_workspace,
+)
+from metadef.core.errors import BackendError
+from metadef.format import release_mapped
+
+
+def winograd_weights(w: np.ndarray, m: int = 2) -> np.ndarray:
+    """``U = G g Gᵀ`` of F(m x m, 3x3) for each 3x3 filter of ``w [K, C, 3, 3]``, laid out
+    ``[a², K, C]`` (``a = m + 2``).
+
+    Example:
+        >>> winograd_weights(np.ones((2, 3, 3, 3), np.float32))[:, 0, 0].reshape(4, 4)[0].tolist()
+        [1.0, 1.5, 0.5, 1.0]
+    """
+    k, c = w.shape[:2]
+    g = np.array(winograd_matrices(m)[1])
+    # U[a*A+b, k, c] = sum_ij G[a,i] G[b,j] g[k,c,i,j]: one float32 product with kron(G, G)
+    # (sgemm: a float64 one, or the weights cast, took ResNet-50's first run 0.34 s), written
+    # straight in its final layout (no transposed copies of the weights)
+    both = np.kron(g, g).astype(np.float32)  # [a², 9]
+    filters = np.ascontiguousarray(w, np.float32).reshape(k * c, 9)
+    u = np.matmul(both, filters.T).reshape(len(both), k, c)
+    release_mapped(w)  # a weight mapped from a .mdef file: its pages leave the RSS
+    return u
+
+
+class WinogradWeights:
+    """A conv's Winograd weights and the products of each tile size, made on first use; once
+    the products are packed for our kernels, :meth:`drop` lets the transformed weights go
+    (ResNet-50's: 90 MB), and the next :meth:`of` makes them again (a few ms)."""
+
+    def __init__(self, weight: np.ndarray) -> None:
+        self.weight = weight
+        self.u: dict[int, np.ndarray] = {}
+        self.products: dict[int, list[WeightProduct]] = {}
+
+    def of(self, m: int) -> tuple[np.ndarray, list[WeightProduct]]:
+        if m not in self.u:
+            self.u[m] = u = winograd_weights(np.asarray(self.weight, np.float32), m)
+            if m not in self.products:
+                self.products[m] = [WeightProduct(u[t], None, NULL, False, (-math.inf, math.inf))
+                                    for t in range(len(u))]
+            for t, product in enumerate(self.products[m]):
+                product.weight = u[t]
+        return self.u[m], self.products[m]
+
+    def drop(self, m: int) -> None:
+        """Let the transformed weights of ``m`` go (the products' packed copies are kept)."""
+        for product in self.products.get(m, ()):
+            product.drop_weights()
+        self.u.pop(m, None)
+
+
+
+WINOGRAD_ROUTINES = tuple(phase_routine(m, phase) for m in WINOGRAD_SIZES for phase in ("in", "out"))
+
+
+def winograd_possible(attrs: Mapping[str, Any], weight: np.ndarray | None) -> bool:
+    """Whether a conv may take Winograd at some input size: ungrouped, 3x3, stride and dilation
+    1 (its routines are compiled only then: ~0.6 s of LLVM that MobileNetV2 has no use for).
+
+    Example:
+        >>> winograd_possible({}, np.zeros((8, 8, 3, 3), np.float32))
+        True
+        >>> winograd_possible({"strides": [2, 2]}, np.zeros((8, 8, 3, 3), np.float32))
+        False
+    """
+    strides, dilations = attrs.get("strides") or [1, 1], attrs.get("dilations") or [1, 1]
+    return weight is not None and np.ndim(weight) == 4 and tuple(weight.shape[2:]) == (3, 3) \
+        and int(attrs.get("group") or 1) == 1 and list(strides) == [1, 1] and list(dilations) == [1, 1]
+
+
+
+def bound_bits(bounds: tuple[float, float]) -> tuple[int, int]:
+    return tuple(struct.unpack("<I", struct.pack("<f", v))[0] for v in bounds)  # type: ignore[return-value]
+
+
+WINOGRAD_SPLIT = 1 << 18
+"""A Winograd product splits across threads from this many multiply-adds (a quarter of other
+products' threshold): F(4x4) makes 36 small products a conv, ResNet-50's 56x56 layers 64 x 64
+by 64 x 196 each (0.8 M, ~8 us); on one thread each, they took 2.3-2.6 ms of its 45 on two
+threads, split 1.8."""
+
+WINOGRAD_CHOICES = {"im2col": 0, "winograd": 2, "winograd4": 4}
+"""The candidates :func:`winograd_choice` races and the output tile each means (0: im2col)."""
+
+
+def winograd_limit() -> int:
+    """The largest Winograd output tile a conv may take: ``METADEF_WINOGRAD`` (4, the default;
+    2: F(2x2) only, whose rounding error is the direct conv's; 0: no Winograd).
+
+    Example:
+        >>> winograd_limit() in (0, 2, 4)
+        True
+    """
+    text = os.environ.get("METADEF_WINOGRAD", "4").strip()
+    if text not in ("0", "2", "4"):
+        raise BackendError(f"METADEF_WINOGRAD={text!r}: give 0 (no Winograd), 2 (F(2x2) only) or 4 (the default)")
+    return int(text)
+
+
+def winograd_choice(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool
+                    ) -> tuple[int, str]:
+    """``m`` of the Winograd F(m x m, 3x3) that measures fastest for a 3x3 stride-1 conv on
+    these shapes, or 0 where im2col + sgemm does (timed on one image of ones, once per shape),
+    and the timings. Each Winograd candidate runs its input transform, its ``a²`` products the
+    way its products would run (:func:`_product_timer`: our kernels or sgemm, whichever its
+    :class:`WeightProduct` takes on this many tiles) and its output transform. F(4x4) has 4x
+    fewer multiplications than the direct conv, against F(2x2)'s 2.25x, but 2.25x more weights
+    to read and fewer, wider tiles (ResNet-50's 14x14 and 7x7 images make 16 and 4)."""
+    _, c, h, w = sx
+    k = sw[0]
+    oh, ow = out_hw
+    one = (1, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *bound_bits((-math.inf, math.inf)))
+    key = ("conv2d 3x3 per image", *one[1:10])
+    names = [name for name, m in WINOGRAD_CHOICES.items() if not m or (m <= winograd_limit() and winograd_fits(m, ow))]
+    if names == ["im2col"]:
+        return 0, "METADEF_WINOGRAD=0"
+    known = known_choice(key, names)
+    if known is not None:
+        return WINOGRAD_CHOICES[known], "stored"
+    x = np.ones((1, *sx[1:]), np.float32)
+    y = np.empty((1, k, oh, ow), np.float32)
+    wt = np.ones(sw, np.float32)
+    b = np.zeros(k, np.float32)
+    plans = {m: winograd_plan(c, k, oh, ow, m) for m in WINOGRAD_SIZES}
+    work = np.ones(max(max(4 * p.floats for p in plans.values()), c * 9 * oh * ow * 4) // 4 + 1, np.float32)
+    values = im2col_values(sx, (3, 3), (1, 1), (1, 1), begin, (oh, ow))
+    cols_dims = tuple(values[d] for d in IM2COL_DIMS)
+    im2col = timed_call(native_function("md_im2col_task"), [x.ctypes.data, work.ctypes.data], cols_dims)
+    product = timed_call(native_function("md_sgemm"), [wt.ctypes.data, work.ctypes.data, y.ctypes.data,
+                                                       blas.cblas_address("sgemm"), b.ctypes.data, 0],
+                         sgemm_dims(1, k, oh * ow, c * 9, bias=(1, 0)))
+    candidates: dict[str, Callable[[], Any]] = {"im2col": lambda: (im2col(), product())}
+    for name in names:
+        m = WINOGRAD_CHOICES[name]
+        if m:
+            plan = plans[m]
+            phases = (timed_call(native_function(phase_routine(m, "in")), [x.ctypes.data, work.ctypes.data],
+                                 (*one, 0, 0, 1)),
+                      _product_timer(c, k, plan.tiles, (m + 2) ** 2),
+                      timed_call(native_function(phase_routine(m, "out")), [work.ctypes.data, y.ctypes.data,
+                                                                           b.ctypes.data], (*one, 0, 0, 1)))
+            candidates[name] = lambda phases=phases: [phase() for phase in phases]
+    winner, timings = measured_choice(key, candidates)
+    return WINOGRAD_CHOICES[winner], timings
+
+
+def _product_timer(c: int, k: int, tiles: int, count: int) -> Callable[[], None]:
+    """``count`` products ``[k, c] x [c, tiles]`` the way a Winograd conv's products run
+    (:meth:`WeightProduct.choice` on ones), on arrays of ones: for timing."""
+    kind = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf)).choice(tiles)
+    x, y = np.ones((c, tiles), np.float32), np.ones((k, tiles), np.float32)
+    if kind == BLAS:
+        u, xs, ys = (np.ones((count, *shape), np.float32) for shape in ((k, c), (c, tiles), (k, tiles)))
+        arrays: tuple[np.ndarray, ...] = (u, xs, ys)
+        calls = [timed_call(native_function("md_sgemm"), [u.ctypes.data, xs.ctypes.data, ys.ctypes.data,
+                                                          blas.cblas_address("sgemm"), 0, blas.cblas_address("sgemv")],
+                            sgemm_dims(count, k, tiles, c))]
+    elif kind == OWN_T:
+        ldx, panel = gemm_lda(c), gemm_panel()
+        xt = np.ones((tiles, ldx), np.float32)
+        panels = np.ones((-(-k // panel), c, panel), np.float32)
+        bias = np.zeros(panels.shape[0] * panel, np.float32)
+        arrays = (x, y, xt, panels, bias)
+        calls = [timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
+                            transpose_dims(1, c, tiles, ld=ldx)),
+                 timed_call(native_function("md_conv1x1t"), [xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, 0,
+                                                             y.ctypes.data], conv1x1t_dims(1, c, k, tiles, ldx=ldx))
+                 ] * count
+    else:
+        packed = np.ones((-(-k // conv1x1_rows()), c, conv1x1_rows()), np.float32)
+        bias = np.zeros(k, np.float32)
+        arrays = (x, y, packed, bias)
+        calls = [timed_call(native_function("md_conv1x1"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data, 0,
+                                                            y.ctypes.data],
+                            conv1x1_dims(1, c, k, tiles, order=int(kind == OWN_C)))] * count
+
+    def run(arrays: tuple[np.ndarray, ...] = arrays) -> None:  # (the arrays live as long as the timer)
+        for call in calls:
+            call()
+    return run
+
+
+
+def im2col_values(sx: Shape, kernel: tuple[int, ...], strides: Sequence[int], dilations: Sequence[int],
+                   begin: Sequence[int], out_hw: tuple[int, int]) -> dict[str, int]:
+    """The dims of one image's ``md_im2col_task`` by name (all its output rows, one task)."""
+    _, c, h, w = sx
+    return {"c": c, "h": h, "w": w, "oh": out_hw[0], "ow": out_hw[1], "kh": kernel[0], "kw": kernel[1],
+            "sh": strides[0], "sw": strides[1], "dh": dilations[0], "dw": dilations[1],
+            "pt": begin[0], "pl": begin[1], "y0": 0, "task": 0, "tasks": 1}
+
+
+
+def winograd_step(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
+                        sources: Sequence[Arg], bias: Arg, out: Arg, weights: WinogradWeights,
+                        bounds: tuple[float, float] = (-math.inf, math.inf)) -> NativeStep | None:
+    """The Winograd step when F(2x2) or F(4x4) measures faster than im2col + sgemm on these
+    shapes (:func:`winograd_choice`), else None: per image, the input transform split over the
+    channels, the ``a²`` products (``U_t V_t``: the transformed weights times the transformed
+    input) as one batched sgemm split over them, or as ``a²`` calls of our kernels where they
+    measure faster (``weights``: the transformed weights and their :class:`WeightProduct` s,
+    made once), the output transform split over the output channels (``bounds``: a fused Relu
+    or Clip, applied as it stores)."""
+    m, timings = winograd_choice(sx, sw, out_hw, begin, has_bias)
+    if not m:
+        return None
+    if not winograd_fits(m, out_hw[1]) or m > winograd_limit():  # (a choice forced from outside)
+        m = 2
+    u, per_product = weights.of(m)
+    n, c, h, w = sx
+    k = sw[0]
+    oh, ow = out_hw
+    group = winograd_group(n, c, k, oh, ow, m)
+    plan = winograd_plan(c, k, oh, ow, m, group)
+    tiles, wino_work, m_offset = plan.tiles, 4 * plan.floats, 4 * plan.m_offset
+    products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
+    scratch = Arg("scratch", 0)
+    what = f"conv2d winograd F({m}x{m},3x3) (measured: {timings})"
+    kind = per_product[0].choice(group * tiles)
+    calls: list[Call] = []
+    work = 0
+    one = (group, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *bound_bits(bounds))
+
+    def split(extent: int, image: int) -> Callable[[int], list[tuple[int, ...]] | None]:
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or extent < count:
+                return None
+            return [(*one, image, t, count) for t in range(count)]
+        return tasks
+
+    for first in range(0, n, group):
+        images = min(group, n - first)  # (the last group may be smaller: its planes keep the stride)
+        for j in range(images):
+            i = first + j
+            calls.append(Call(native_function(phase_routine(m, "in")), (sources[0].at(4 * i * c * h * w), scratch),
+                              (*one, j, 0, 1), what + " input", split(c, j)))
+        if kind == BLAS:
+            calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
+                                     *_blas("sgemv")), len(u), k, group * tiles, c, what + " products", **products))
+        if kind != BLAS:
+            more, work = _joined_products(per_product, kind, group * tiles, scratch, plan)
+            calls += more
+        for j in range(images):
+            i = first + j
+            calls.append(Call(native_function(phase_routine(m, "out")), (scratch, out.at(4 * i * k * oh * ow), bias),
+                              (*one, j, 0, 1), what + " output", split(k, j)))
+    if kind == BLAS:
+        keep: tuple[Any, ...] = (u,)
+    else:  # (the calls read the packed weights: the transformed ones can go)
+        keep = tuple(a for product in per_product for a in product.keep())
+        weights.drop(m)
+    return NativeStep(tuple(calls), (wino_work, *((work,) if work else ())), keep)
+
+
+def _joined_products(per_product: list[WeightProduct], kind: str, p: int, scratch: Arg,
+                     plan: WinogradPlan) -> tuple[list[Call], int]:
+    """The ``a²`` products ``M_t = U_t V_t`` of a Winograd conv through our kernels, as one
+    group of the worker pool (they are independent: one barrier, not ``a²``; their tasks are
+    shared out together), and the bytes of workspace they need. With the pixels as rows, each
+    product's ``V_t`` is first transposed into a workspace of its own, the transposes one group
+    before the products."""
+    m_offset, flips, products = 4 * plan.m_offset, [], []
+    work = 4 * gemm_lda(per_product[0].depth) * p if kind == OWN_T else 0  # (what each transpose fills)
+    for t, product in enumerate(per_product):
+        more, per = product.calls(kind, 1, p, scratch.at(4 * t * plan.v_stride), None,
+                                  scratch.at(m_offset + 4 * t * plan.m_stride), Arg("scratch", 1).at(t * work),
+                                  "conv2d winograd product", split_from=WINOGRAD_SPLIT)
+        assert per == work, (per, work)
+        *flip, last = more
+        flips += [dataclasses.replace(c, joins=bool(flips)) for c in flip]
+        products.append(dataclasses.replace(last, joins=bool(products)))
+    return flips + products, work * len(per_product)
+
+
+WINOGRAD_GROUP_BYTES = 16 << 20
+"""The most workspace a group of images sharing Winograd's products may take."""
+
+
+def winograd_group(n: int, c: int, k: int, oh: int, ow: int, m: int) -> int:
+    """How many of ``n`` images share each Winograd product (their tiles side by side): one,
+    unless the transformed weights (``a² K C`` floats) outweigh an image's transformed input
+    (``a² C tiles``), i.e. ``K > tiles``; then as many as fit :data:`WINOGRAD_GROUP_BYTES`, so
+    the weights are read once a group rather than once an image (ResNet-50's 14x14 and 7x7
+    layers: 9.4 and 16.8 MB of them, read 8 times a batch of 8).
+
+    Example:
+        >>> winograd_group(8, 512, 512, 7, 7, 2), winograd_group(8, 64, 64, 56, 56, 4)
+        (8, 1)
+    """
+    tiles = winograd_plan(c, k, oh, ow, m).tiles
+    if n < 2 or k <= tiles:
+        return 1
+    group = n
+    while group > 1 and 4 * winograd_workspace(c, k, oh, ow, m, group) > WINOGRAD_GROUP_BYTES:
+        group -= 1
+    return group
+
+
+__all__ = ["WINOGRAD_CHOICES", "WINOGRAD_ROUTINES", "WinogradWeights", "bound_bits", "im2col_values", "winograd_choice",
+           "winograd_group", "winograd_limit", "winograd_possible", "winograd_step", "winograd_weights"]
