@@ -19,6 +19,7 @@ import dataclasses
 import math
 import os
 import struct
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -90,6 +91,8 @@ class WinogradWeights:
         self.weight = weight
         self.u: dict[int, np.ndarray] = {}
         self.products: dict[int, list[WeightProduct]] = {}
+        self.lock = threading.Lock()
+        """Held while a binding makes, packs and drops the weights (:func:`winograd_step`)."""
 
     def of(self, m: int) -> tuple[np.ndarray, list[WeightProduct]]:
         if m not in self.u:
@@ -251,8 +254,8 @@ def im2col_values(sx: Shape, kernel: tuple[int, ...], strides: Sequence[int], di
 
 
 def winograd_step(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
-                        sources: Sequence[Arg], bias: Arg, out: Arg, weights: WinogradWeights,
-                        bounds: tuple[float, float] = (-math.inf, math.inf)) -> NativeStep | None:
+                  sources: Sequence[Arg], bias: Arg, out: Arg, weights: WinogradWeights,
+                  bounds: tuple[float, float] = (-math.inf, math.inf)) -> NativeStep | None:
     """The Winograd step when F(2x2) or F(4x4) measures faster than im2col + sgemm on these
     shapes (:func:`winograd_choice`), else None: per image, the input transform split over the
     channels, the ``a²`` products (``U_t V_t``: the transformed weights times the transformed
@@ -265,6 +268,14 @@ def winograd_step(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
         return None
     if not winograd_fits(m, out_hw[1]) or m > winograd_limit():  # (a choice forced from outside)
         m = 2
+    with weights.lock:  # (programs may be bound in several threads at once: weights made, packed, dropped)
+        return _winograd_calls(sx, sw, out_hw, begin, has_bias, sources, bias, out, weights, bounds, m, timings)
+
+
+def _winograd_calls(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int], has_bias: bool,
+                    sources: Sequence[Arg], bias: Arg, out: Arg, weights: WinogradWeights,
+                    bounds: tuple[float, float], m: int, timings: str) -> NativeStep:
+    """:func:`winograd_step`'s calls for F(m x m), ``weights``' lock held."""
     u, per_product = weights.of(m)
     n, c, h, w = sx
     k = sw[0]

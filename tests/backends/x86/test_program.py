@@ -294,6 +294,31 @@ def test_winograd_weights_made_again_for_a_product_packed_another_way(monkeypatc
         np.testing.assert_allclose(sess.run(feeds)["y"], want, rtol=1e-4, atol=3e-5 * float(np.abs(want).max()))
 
 
+def test_winograd_bindings_built_in_several_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several threads binding a Winograd conv at once, each batch size's products packed
+    another way (and the transformed weights dropped after each): every answer is right."""
+    from metadef.backends.x86 import conv1x1, winograd
+    monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
+    monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: ("winograd4", "forced by the test"))
+    kinds = {1: conv1x1.OWN_T, 2: conv1x1.OWN, 3: conv1x1.BLAS, 4: conv1x1.OWN_C}
+    monkeypatch.setattr(conv1x1.WeightProduct, "choice", lambda self, p, bands=(): kinds[p // 16])
+    g = _graph("""graph g(%x: f32[n,8,16,16]) -> (%y) {
+      %w: f32[24,8,3,3] = const
+      %y: f32[n,24,16,16] = Conv(%x, %w) {pads=[1,1,1,1]} @conv
+      return %y }""")
+    sess = md.compile(g, target="x86", cache=False, threads=1)
+    feeds = {n: {"x": RNG.standard_normal((n, 8, 16, 16), dtype=np.float32)} for n in kinds}
+    want = {n: _reference(g, f)["y"] for n, f in feeds.items()}
+
+    def work(k: int) -> None:
+        for r in range(3):
+            n = 1 + (k + r) % len(kinds)
+            got = sess.run(feeds[n])["y"]
+            np.testing.assert_allclose(got, want[n], rtol=1e-4, atol=3e-5 * float(np.abs(want[n]).max()))
+
+    _in_threads(work, 4)
+
+
 @pytest.mark.parametrize(("limit", "refused"), [("2", "winograd F(4x4"), ("0", "winograd")])
 def test_metadef_winograd_limits_the_tiles_a_conv_may_take(monkeypatch: pytest.MonkeyPatch, limit: str,
                                                            refused: str) -> None:
