@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -193,7 +193,7 @@ class WeightProduct:
             own = p >= conv1x1_width()
             possible = self.rows_possible if PREFER == OWN_T else own if PREFER in (OWN, OWN_C) else True
             return PREFER if possible else BLAS
-        cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
+        cout, depth = self.cout, self.depth
         key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()))
         # (channels outer also wins without a residual where few input channels make many
         # outputs: MobileNetV2's 16 -> 96 over 112x112, 0.55 -> 0.43 ms on one core)
@@ -202,6 +202,15 @@ class WeightProduct:
         known = known_choice(key, names)
         if known is not None:
             return known
+        candidates, _arrays = self.timers(p, bands)
+        assert sorted(candidates) == sorted(names)
+        return measured_choice(key, candidates)[0]
+
+    def timers(self, p: int, bands: Sequence[int] = ()) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
+        """One run of each way :meth:`choice` races for images of ``p`` pixels (``bands``: as
+        there), on arrays of ones, and those arrays (keep them while the runs are called)."""
+        cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
+        columns = (OWN, OWN_C) if p >= MIN_PIXELS else ()
         x = np.ones((depth, p), np.float32)
         ldx = gemm_lda(depth)  # (a pixel's channels one cache line further apart where they would alias)
         xt = np.ones((p, ldx), np.float32)
@@ -210,7 +219,7 @@ class WeightProduct:
         panel = gemm_panel()  # (md_conv1x1t's panels of channels)
         bias = np.ones(-(-cout // panel) * panel, np.float32)
         res_address = res.ctypes.data if self.residual else 0
-        candidates: dict[str, Any] = {}
+        candidates: dict[str, Callable[[], Any]] = {}
         w = np.ones((self.cout, self.depth), np.float32)
         sgemm = timed_call(native_function("md_sgemm"), [w.ctypes.data, x.ctypes.data, y.ctypes.data,
                                                          blas.cblas_address("sgemm"), bias.ctypes.data, 0],
@@ -238,8 +247,8 @@ class WeightProduct:
                 xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
                 conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, ldx=ldx))
             candidates[OWN_T] = lambda: (flip(), rows())
-        assert sorted(candidates) == sorted(names)
-        return measured_choice(key, candidates)[0]
+        arrays = (x, xt, y, res, bias, w, *((packed,) if columns else ()), *((panels,) if self.rows_possible else ()))
+        return candidates, arrays
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
               what: str, y_stride: int | None = None, split_from: int = PARALLEL_PRODUCT) -> tuple[list[Call], int]:

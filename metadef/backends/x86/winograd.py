@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, OWN_C, OWN_T, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, OWN_T, WeightProduct
 from metadef.backends.x86.native import (
     NULL,
     Arg,
@@ -42,12 +42,7 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import IM2COL_DIMS, native_function
 from metadef.codegen.native_gemm import (
-    conv1x1_dims,
-    conv1x1_rows,
-    conv1x1t_dims,
     gemm_lda,
-    gemm_panel,
-    transpose_dims,
 )
 from metadef.codegen.native_winograd import (
     WINOGRAD_SIZES,
@@ -207,40 +202,16 @@ def winograd_choice(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[i
 
 
 def _product_timer(c: int, k: int, tiles: int, count: int) -> Callable[[], None]:
-    """``count`` products ``[k, c] x [c, tiles]`` the way a Winograd conv's products run
-    (:meth:`WeightProduct.choice` on ones), on arrays of ones: for timing."""
-    kind = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf)).choice(tiles)
-    x, y = np.ones((c, tiles), np.float32), np.ones((k, tiles), np.float32)
-    if kind == BLAS:
-        u, xs, ys = (np.ones((count, *shape), np.float32) for shape in ((k, c), (c, tiles), (k, tiles)))
-        arrays: tuple[np.ndarray, ...] = (u, xs, ys)
-        calls = [timed_call(native_function("md_sgemm"), [u.ctypes.data, xs.ctypes.data, ys.ctypes.data,
-                                                          blas.cblas_address("sgemm"), 0, blas.cblas_address("sgemv")],
-                            sgemm_dims(count, k, tiles, c))]
-    elif kind == OWN_T:
-        ldx, panel = gemm_lda(c), gemm_panel()
-        xt = np.ones((tiles, ldx), np.float32)
-        panels = np.ones((-(-k // panel), c, panel), np.float32)
-        bias = np.zeros(panels.shape[0] * panel, np.float32)
-        arrays = (x, y, xt, panels, bias)
-        calls = [timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
-                            transpose_dims(1, c, tiles, ld=ldx)),
-                 timed_call(native_function("md_conv1x1t"), [xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, 0,
-                                                             y.ctypes.data], conv1x1t_dims(1, c, k, tiles, ldx=ldx))
-                 ] * count
-    else:
-        packed = np.ones((-(-k // conv1x1_rows()), c, conv1x1_rows()), np.float32)
-        bias = np.zeros(k, np.float32)
-        arrays = (x, y, packed, bias)
-        calls = [timed_call(native_function("md_conv1x1"), [x.ctypes.data, packed.ctypes.data, bias.ctypes.data, 0,
-                                                            y.ctypes.data],
-                            conv1x1_dims(1, c, k, tiles, order=int(kind == OWN_C)))] * count
+    """``count`` products ``[k, c] x [c, tiles]`` the way a Winograd conv's products run (the
+    kind :meth:`WeightProduct.choice` takes, timed as it times it), on arrays of ones."""
+    product = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf))
+    candidates, arrays = product.timers(tiles)
+    once = candidates.get(product.choice(tiles), candidates[BLAS])  # (a kind forced from outside may not race)
 
-    def run(arrays: tuple[np.ndarray, ...] = arrays) -> None:  # (the arrays live as long as the timer)
-        for call in calls:
-            call()
+    def run(arrays: tuple[Any, ...] = arrays) -> None:  # (the arrays live as long as the timer)
+        for _ in range(count):
+            once()
     return run
-
 
 
 def im2col_values(sx: Shape, kernel: tuple[int, ...], strides: Sequence[int], dilations: Sequence[int],
