@@ -48,10 +48,12 @@ from metadef.core.errors import MetadefError
 def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
                        softmax: Any) -> Lowering:
     """``softmax(scale * Q Kᵀ + mask) V`` as a batched product into a scratch ``S``, the
-    generated ``softmax`` kernel (its inputs: ``S`` and, when present, the mask; the mask add
-    fused) into a scratch ``P``, and a batched product ``P V`` into the output. The products
-    are ``md_bmm`` (our micro-kernel, each head's second operand packed on the stack) or
-    OpenBLAS's batched sgemm, whichever measures faster on the shapes (:func:`attention_products`)."""
+    softmax with the mask added (``md_softmax_rows``; the generated ``softmax`` kernel for a
+    mask it cannot walk) into a scratch ``P``, and a batched product ``P V`` into the output;
+    where ``S`` and ``P`` outgrow a core's cache, in sequences of a few heads
+    (:func:`attention_chunk`). The products are ``md_bmm`` (our micro-kernel, each head's second
+    operand packed on the stack) or OpenBLAS's batched sgemm, whichever measures faster on the
+    shapes (:func:`attention_products`)."""
     scale = float(attrs["scale"])
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
@@ -65,25 +67,27 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
             return f"Attention batch axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
         batch, m, d, n, dv = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
         mask = inputs[3] if len(inputs) > 3 else None
-        scores = (*q[:-1], n)
-        try:
-            dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
-        except MetadefError as e:
-            return f"the softmax kernel does not take these shapes ({e})"
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
         products = attention_products(batch, m, n, d, dv)
         heads = q[-3] if len(q) > 2 else 1
         strides = mask_strides(q[:-2], m, n, mask)
-        chunk = attention_chunk(batch, heads, m, n, binding_threads()) if strides != "unsupported" else batch
-        if chunk < batch:  # in sequences of a few heads each: S and P stay in the core's cache
-            return _attention_chunks(sources, out, batch, heads, (m, n, d, dv), scale, products, chunk,
-                                     None if strides is None else strides, softmax)
-        soft = softmax_rows_call(q[:-2], m, n, mask, s_arg, sources[3] if mask is not None else NULL, p_arg)
-        if soft is None:  # (a mask md_softmax_rows cannot walk: the generated kernel broadcasts any)
+        if isinstance(strides, str):  # (a mask md_softmax_rows cannot walk: the generated kernel broadcasts any)
+            scores = (*q[:-1], n)
+            try:
+                dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
+            except MetadefError as e:
+                return f"the softmax kernel does not take these shapes ({e})"
             soft = Call(softmax.address, (s_arg, *([sources[3]] if mask is not None else []),
                                           *(Arg("addr", a) for a in softmax.constant_pointers), p_arg),
                         tuple(dims), "attention softmax",
                         kernel_tasks(softmax, [scores, *([mask] if mask is not None else [])], [scores]))
+        else:
+            chunk = attention_chunk(batch, heads, m, n, binding_threads())
+            if chunk < batch:  # in sequences of a few heads each: S and P stay in the core's cache
+                return _attention_chunks(sources, out, batch, heads, (m, n, d, dv), scale, products, chunk, strides,
+                                         softmax)
+            soft = softmax_rows_call(batch, heads, m, n, strides, s_arg, sources[3] if mask is not None else NULL,
+                                     p_arg)
         calls = _attention_products(sources, out, batch, (m, n, d, dv), scale, products, s_arg, p_arg, soft)
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
@@ -151,25 +155,24 @@ def _attention_chunks(sources: Sequence[Arg], out: Arg, batch: int, heads: int, 
         s_arg, p_arg = Arg("scratch", 0).at(j * per), Arg("scratch", 1).at(j * per)
         items = (sources[0].at(4 * i0 * m * d), sources[1].at(4 * i0 * n * d), sources[2].at(4 * i0 * n * dv))
         if strides is None:
-            mask, dims = NULL, softmax_dims(count, count, m, n)
-        else:
+            mask, heads_here, strides_here = NULL, count, None
+        elif chunk % heads == 0:  # whole batch items: the mask's outer index moves with them
+            mask, heads_here, strides_here = sources[3].at(4 * (i0 // heads) * strides[0]), heads, strides
+        else:  # a few heads of one batch item
             m_outer, m_head, m_row = strides
-            if chunk % heads == 0:  # whole batch items: the mask's outer index moves with them
-                base, dims = (i0 // heads) * m_outer, softmax_dims(count, heads, m, n, mask=strides)
-            else:  # a few heads of one batch item
-                base = (i0 // heads) * m_outer + (i0 % heads) * m_head
-                dims = softmax_dims(count, count, m, n, mask=(0, m_head, m_row))
-            mask = sources[3].at(4 * base)
-        soft = Call(native_function("md_softmax_rows"), (s_arg, mask, p_arg), dims, "attention softmax rows")
+            mask = sources[3].at(4 * ((i0 // heads) * m_outer + (i0 % heads) * m_head))
+            heads_here, strides_here = count, (0, m_head, m_row)
+        soft = softmax_rows_call(count, heads_here, m, n, strides_here, s_arg, mask, p_arg)
         steps = _attention_products(items, out.at(4 * i0 * m * dv), count, sizes, scale, products, s_arg, p_arg, soft)
         calls.append(sequence(steps, joins=j > 0))
     return NativeStep(tuple(calls), (width * per, width * per), (softmax,))
 
 
 def mask_strides(batch: Shape, m: int, n: int, mask: Shape | None) -> tuple[int, int, int] | str | None:
-    """The strides ``(m_outer, m_head, m_row)`` at which ``md_softmax_rows`` walks ``mask`` for
-    scores ``[*batch, m, n]`` (see :func:`softmax_rows_call`), None without a mask, or
-    ``"unsupported"``.
+    """The strides ``(m_outer, m_head, m_row)`` at which ``md_softmax_rows`` walks ``mask``
+    (numpy-broadcast to scores ``[*batch, m, n]``), None without a mask, or ``"unsupported"``:
+    the mask must reduce to them (the batch axes flattened to ``(outer, heads)``, ``heads`` the
+    last; each axis whole or of size 1, the outer ones all whole or all 1; its last axis ``n``).
 
     Example:
         >>> mask_strides((2, 12), 128, 128, (2, 1, 1, 128)), mask_strides((2, 12), 7, 9, (2, 12, 7, 1))
@@ -192,25 +195,18 @@ def mask_strides(batch: Shape, m: int, n: int, mask: Shape | None) -> tuple[int,
     return (m_outer, st[len(batch) - 1] if batch else 0, st[rank - 2])
 
 
-def softmax_rows_call(batch: Shape, m: int, n: int, mask: Shape | None, scores: Arg, mask_arg: Arg,
-                      out: Arg) -> Call | None:
-    """``md_softmax_rows`` over scores ``[*batch, m, n]`` (contiguous at ``scores``), the mask
-    (``mask_arg``, of shape ``mask``: numpy-broadcast to the scores) added first, when the mask
-    reduces to the routine's strides (its batch axes flattened to ``(outer, heads)``, ``heads``
-    the last; each axis either whole or of size 1, the outer ones all whole or all 1); else None.
+def softmax_rows_call(items: int, heads: int, m: int, n: int, strides: tuple[int, int, int] | None, scores: Arg,
+                      mask_arg: Arg, out: Arg) -> Call:
+    """``md_softmax_rows`` over scores ``[items, m, n]`` (contiguous at ``scores``), the mask at
+    ``mask_arg`` walked at ``strides`` (:func:`mask_strides`, items counted in ``heads``; None: no
+    mask) added first; split across the pool by rows.
 
     Example:
-        >>> call = softmax_rows_call((2, 12), 128, 128, (2, 1, 1, 128), Arg("scratch", 0), Arg("in", 3),
-        ...                          Arg("scratch", 1))
+        >>> call = softmax_rows_call(24, 12, 128, 128, mask_strides((2, 12), 128, 128, (2, 1, 1, 128)),
+        ...                          Arg("scratch", 0), Arg("in", 3), Arg("scratch", 1))
         >>> call.dims[:8]
         (24, 12, 128, 128, 128, 0, 0, 1)
     """
-    items = math.prod(batch)
-    heads = batch[-1] if batch else 1
-    strides = mask_strides(batch, m, n, mask)
-    if isinstance(strides, str):
-        return None
-
     def tasks(count: int) -> list[tuple[int, ...]] | None:
         if count < 2 or items * m * n < PARALLEL_ELEMENTS or items * m < count:
             return None
