@@ -219,13 +219,13 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
     image = 4 * product.cout * pixels
     chains = len(units) > 1 and kind in (OWN, OWN_C)  # (one product call a unit)
-    width = max(2, binding_threads()) if chains else 1  # column buffers: units side by side in a group
+    width = max(1, binding_threads()) if chains else 1  # column buffers: units side by side in a group
 
-    def unit(u: int, buffer: Arg, split: bool) -> tuple[list[Call], int]:
+    def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:
         i, y0, rows = units[u]
         band = {**values, "y0": y0, "oh": rows}
         at = i * image + 4 * y0 * out_hw[1]
-        tasks = functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1]) if split else None
+        tasks = None if chains else functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])
         im2col = Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), buffer),
                       tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col", tasks)
         more, work = product.calls(kind, 1, rows * out_hw[1], buffer, None if residual is None else residual.at(at),
@@ -237,10 +237,10 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     for u in range(len(units)):
         if chains:  # each unit's im2col then product on one thread, the next units beside it
             j = u % width
-            more, _ = unit(u, Arg("scratch", 0).at(j * cols), split=False)
+            more, _ = unit(u, Arg("scratch", 0).at(j * cols))
             calls.append(sequence(more, joins=j > 0))
         else:
-            more, work = unit(u, Arg("scratch", 0), split=True)
+            more, work = unit(u, Arg("scratch", 0))
             calls += more
     return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep())
 
