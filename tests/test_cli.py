@@ -71,6 +71,16 @@ def test_run_with_optimize(tmp_path):
     assert "probs" in r.output and "[2, 10]" in r.output
 
 
+def test_run_profile_prints_the_slowest_nodes_and_gives_them_as_json():
+    r = CliRunner().invoke(main, ["run", "mlp", "--target", "x86", "--optimize", "aggressive", "--profile", "3"])
+    assert r.exit_code == 0, r.output
+    assert "medians of 3 runs" in r.output and "by op:" in r.output and "/fc1/Gemm" in r.output
+    r = CliRunner().invoke(main, ["run", "mlp", "--target", "x86", "--profile", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    profile = json.loads(r.output)["profile"]
+    assert profile["runs"] == 2 and {row["node"] for row in profile["rows"]} >= {"/fc1/Gemm", "/fc3/Gemm"}
+
+
 def test_run_json_on_x86_matches_the_reference():
     outs = {}
     for target in ("reference", "x86"):

@@ -29,7 +29,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from metadef.core.dtypes import DType, as_strings
-from metadef.core.errors import DTypeError, InputError
+from metadef.core.errors import BackendError, DTypeError, InputError
+from metadef.core.run_profile import RunProfile
 from metadef.ir import Graph
 from metadef.ir.structure import IOStructure
 from metadef.shape import Dim, ShapeEnv, bind_shape, format_shape
@@ -187,6 +188,28 @@ class Session:
         if missing:
             raise InputError(f"unknown output name(s) {missing}; outputs are " + ", ".join(named))
         return {o: named[o] for o in outputs}
+
+    def profile(self, feeds: Mapping[str, Any], runs: int = 10, warmup: int = 2) -> RunProfile:
+        """Where a run's time goes: the inputs checked as ``run`` checks them, then ``warmup``
+        runs and ``runs`` timed runs, each node (for the x86 backend, each group of native
+        calls run at once) timed on its own; the medians. ``print(profile)`` shows the slowest
+        nodes and the time per op.
+
+        Example:
+            >>> import numpy as np, metadef as md
+            >>> from metadef.ir import parse_graph
+            >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: f32[n] = Neg(%x) @neg return %y }")
+            >>> p = md.compile(g, target="x86").profile({"x": np.ones(4, np.float32)}, runs=3)
+            >>> [(r.node, r.op) for r in p.rows], p.runs, p.symbols
+            ([('neg', 'Neg')], 3, {'n': 4})
+        """
+        profile = getattr(self.executable, "profile", None)
+        if profile is None:
+            raise BackendError(f"the {self.target} backend cannot profile a run (x86 and reference can)")
+        if self.structure is not None:
+            feeds = self.structure.flatten_feeds(feeds, [spec.name for spec in self.inputs])
+        arrays, symbols = self._check(feeds)
+        return profile(arrays, symbols, runs=runs, warmup=warmup)
 
     def _named(self, names: list[str], results: Sequence[Any]) -> dict[str, Any]:
         """The results by output name: user-level (lists, None) when the graph has a structure."""

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from metadef.core.run_profile import RunProfile
 from metadef.runtime.session import Session
 
 log = logging.getLogger("metadef.runtime")
@@ -80,6 +81,10 @@ class SpecializingSession:
             outputs: Sequence[str] | Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """``Session.run`` on the session specialized for these feeds (see the module doc)."""
         return self.session_for(feeds).run(feeds, outputs)
+
+    def profile(self, feeds: Mapping[str, Any], runs: int = 10, warmup: int = 2) -> RunProfile:
+        """``Session.profile`` on the session specialized for these feeds."""
+        return self.session_for(feeds).profile(feeds, runs, warmup)
 
     def __repr__(self) -> str:
         return f"SpecializingSession[{self.target}]({len(self.sessions)} specializations)"

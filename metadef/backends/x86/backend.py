@@ -40,7 +40,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import statistics
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +67,7 @@ from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.core.flags import DEBUG
+from metadef.core.run_profile import RunProfile, median_rows
 from metadef.ir import Graph, Node, format_node
 from metadef.ir.verify import verify
 from metadef.ops import infer_types
@@ -335,6 +338,49 @@ class X86Executable:
         finally:
             self.programs.give_back(program)
         return outs
+
+    def profile(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int], runs: int = 10,
+                warmup: int = 2) -> RunProfile:
+        """Time each group of native calls of this binding's program (each node's calls, and
+        the calls that run beside them in the worker pool) over ``runs`` runs after ``warmup``:
+        the medians, and the median of whole runs. Profiles the program a whole batch runs
+        as, also where runs of this batch go in pieces (the note says so).
+
+        Example:
+            >>> from metadef.ir import parse_graph
+            >>> exe = X86Backend().compile(parse_graph("graph g(%x: f32[n,4]) -> (%y) { %y: f32[n,4] = "
+            ...                                        "Relu(%x) @relu return %y }"))
+            >>> p = exe.profile({"x": np.ones((2, 4), np.float32)}, {"n": 2}, runs=3)
+            >>> [(r.node, r.op) for r in p.rows]
+            [('relu', 'Relu')]
+        """
+        inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]
+        try:
+            program = self.programs.bound(symbols)
+        except Unplannable as e:
+            raise BackendError(f"x86: {self.graph.name} runs step by step from Python at {dict(symbols)} ({e}); "
+                               f"only native programs are profiled") from e
+        clock = time.perf_counter
+        try:
+            self._check_inputs(program, inputs)
+            outs = [np.empty(shape, dtype) for shape, dtype in program.output_specs]
+            for _ in range(warmup):
+                program.run(inputs, outs)
+            timings, walls = [], []
+            for _ in range(max(1, runs)):
+                start = clock()
+                program.run(inputs, outs)
+                walls.append(clock() - start)
+                timings.append(program.timed_run(inputs, outs))
+            units = program.units()
+            threads = program.threads
+        finally:
+            self.programs.give_back(program)
+        way = self.pieces_for(symbols)
+        note = f"{threads} thread{'s' if threads != 1 else ''}" + (
+            f"; runs of this batch go in pieces ({way}), profiled here as one program" if way is not None else "")
+        return RunProfile(median_rows(timings, units), max(1, runs), "x86", dict(symbols),
+                       statistics.median(walls), note)
 
     def _check_inputs(self, program: Any, inputs: Sequence[np.ndarray]) -> None:
         """Native code trusts the planned shapes: check each input against them (``run`` may

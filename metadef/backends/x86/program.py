@@ -45,6 +45,7 @@ import ctypes
 import logging
 import math
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -122,8 +123,11 @@ class _Segment:
     call's, and those of the calls that join it), else one table of its calls in order for
     ``md_run_program``. A sequence's task points at a table of its own calls."""
 
-    def __init__(self, groups: list[list[_Entry]], args: list[list[int]], pool: WorkerPool | None) -> None:
+    def __init__(self, groups: list[list[_Entry]], args: list[list[int]], pool: WorkerPool | None,
+                 labels: list[list[tuple[int, str]]] | None = None) -> None:
         self.pool = pool
+        self.labels = labels or [[] for _ in groups]
+        """Per group, (step index, what) of each of its calls: what :meth:`BoundProgram.profile` reports."""
         self.args = [(ctypes.c_void_p * max(1, len(a)))(*a) for a in args]
         self.dims: list[Any] = []  # (kept alive: the tables point at them)
         self.sequences: list[Any] = []
@@ -167,6 +171,10 @@ class _Segment:
         entry[0] = fn
         entry[1] = ctypes.cast(args, ctypes.c_void_p).value
         entry[2] = ctypes.cast(dims, ctypes.c_void_p).value
+
+
+_ENTRY_BYTES = ctypes.sizeof(ctypes.c_void_p * 3)  # (function, pointers, dims): a call of a table
+_GROUP_BYTES = ctypes.sizeof(ctypes.c_int64 * 2)  # (table, count): a group of the pool's table
 
 
 @dataclass
@@ -302,14 +310,15 @@ class BoundProgram:
         pending: list[list[_Entry]] = []  # groups of (fn, args index, task dims, a sequence's calls)
         pending_args: list[list[int]] = []
         pending_patches: list[tuple[int, int, str, int, int]] = []
+        pending_labels: list[list[tuple[int, str]]] = []
         self.native_calls = self.python_steps = self.parallel_calls = 0
         self.python_reasons: list[tuple[str, str]] = []
         self.call_kinds: Counter[str] = Counter()
         self.call_steps: list[tuple[str, str]] = []  # (step name, what) of each native call, in order
         for what, ins, outs, scratch, step_index in lowered:
             if not isinstance(what, NativeStep):
-                self._flush(pending, pending_args, pending_patches)
-                pending, pending_args, pending_patches = [], [], []
+                self._flush(pending, pending_args, pending_patches, pending_labels)
+                pending, pending_args, pending_patches, pending_labels = [], [], [], []
                 self.segments.append(_PythonStep(step_index, ins, outs, types[step_index]))
                 self.python_reasons.append((self.exe.steps[step_index].node.name, str(what)))
                 self.python_steps += 1
@@ -333,11 +342,14 @@ class BoundProgram:
                     self.call_kinds[one.what.split(" (")[0]] += 1
                     self.call_steps.append((self.exe.steps[step_index].node.name, one.what))
                 entry = (call.address, -1, [list(call.dims)], inner) if call.steps else (*inner[0], None)
+                label = (step_index, call.what)
                 if call.joins and i > 0 and pending:  # (within one step: the group of the call before)
                     pending[-1].append(entry)
+                    pending_labels[-1].append(label)
                 else:
                     pending.append([entry])
-        self._flush(pending, pending_args, pending_patches)
+                    pending_labels.append([label])
+        self._flush(pending, pending_args, pending_patches, pending_labels)
         self._program = PROGRAM(native_function("md_run_program"))
         self._work: list[tuple[bool, Any]] = [
             (True, _driver(self._program, s)) if isinstance(s, _Segment) else (False, s) for s in self.segments]
@@ -361,10 +373,10 @@ class BoundProgram:
         return address + arg.offset if address else address
 
     def _flush(self, pending: list[list[_Entry]], args: list[list[int]],
-               patches: list[tuple[int, int, str, int, int]]) -> None:
+               patches: list[tuple[int, int, str, int, int]], labels: list[list[tuple[int, str]]]) -> None:
         if not pending:
             return
-        segment = _Segment(pending, args, self.pool)
+        segment = _Segment(pending, args, self.pool, labels)
         self.segments.append(segment)
         for call, slot, kind, position, offset in patches:
             self.patches.append((segment.args[call], slot, position if kind == INPUT else self._n_inputs + position,
@@ -383,6 +395,55 @@ class BoundProgram:
                 work[0](*work[1])
             else:
                 self._run_python(work, inputs, outputs)
+        self._finish_run(inputs, outputs)
+
+    def units(self) -> list[tuple[str, str, str, int]]:
+        """What :meth:`timed_run` times, in order: (node, op, how, native calls) of each group
+        of native calls the pool runs at once (each call, on one thread) and of each Python step."""
+        steps = self.exe.steps
+        units = []
+        for segment in self.segments:
+            if isinstance(segment, _PythonStep):
+                node = steps[segment.index].node
+                units.append((node.name, node.qualop, "from Python", 0))
+                continue
+            groups = segment.labels if segment.pool is not None else [[x] for g in segment.labels for x in g]
+            for group in groups:
+                node = steps[group[0][0]].node
+                what = group[0][1] + (f" (+{len(group) - 1} joined)" if len(group) > 1 else "")
+                units.append((node.name, node.qualop, what, len(group)))
+        return units
+
+    def timed_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> list[float]:
+        """:meth:`run`, each unit of :meth:`units` timed on its own: their seconds, in order.
+        (Each group is its own call of the pool's driver: a barrier after each, as in a run.)"""
+        if self.patches:
+            addresses = [address(a) for a in (*inputs, *outputs)]
+            for array, slot, position, offset in self.patches:
+                array[slot] = addresses[position] + offset
+        clock = time.perf_counter
+        times: list[float] = []
+        for native, work in self._work:
+            if not native:
+                start = clock()
+                self._run_python(work, inputs, outputs)
+                times.append(clock() - start)
+                continue
+            driver, args = work
+            if len(args) == 2:  # md_run_program(table, count): a flat table of calls
+                for i in range(args[1]):
+                    start = clock()
+                    driver(args[0] + i * _ENTRY_BYTES, 1)
+                    times.append(clock() - start)
+            else:  # md_run_tasks(pool, groups, count)
+                for i in range(args[2]):
+                    start = clock()
+                    driver(args[0], args[1] + i * _GROUP_BYTES, 1)
+                    times.append(clock() - start)
+        self._finish_run(inputs, outputs)
+        return times
+
+    def _finish_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
             np.copyto(outputs[k], self._view(st, inputs, outputs))
         self.objects[:] = [None] * len(self.objects)  # this run's string intermediates
