@@ -28,9 +28,12 @@ the AVX2 tile); without, 6 rows x 16 (two 256-bit halves). The bias is added per
 a last narrower panel is stored through the stack. Tasks split the panels.
 
 The blocks of ``md_conv1x1`` are walked pixels-outer (``order = 0``: one ``cin x width`` panel of ``x`` stays in L1
-while every weight panel passes) or channels-outer (``order = 1``: one weight panel stays while
-the pixels pass, for convs whose weights outweigh their input); task ``task`` of ``tasks`` takes
-its share of the outer blocks of all images, so a call splits across threads.
+while every weight panel passes) or in chunks (``order = 1``: the image's pixels in chunks of
+``chunk`` whose input stays in L2, each weight panel passing over a whole chunk, the panel
+staying in L1: for convs whose weights outweigh a block's input; a chunk's first pass asks for
+its input ahead, as order 0 does, so that an image out of cache streams in once); task
+``task`` of ``tasks`` takes its share of the units (blocks; chunks, or with ``parts`` > 1 a
+chunk's share of the panels) of all images, so a call splits across threads.
 
 Example:
     >>> import ctypes, numpy as np
@@ -82,7 +85,7 @@ GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks", "lda")
 bias [ceil(n/w)*w], y [m, n]]``; task ``task`` of ``tasks`` computes its share of the
 ``w``-column panels (``w`` = :func:`gemm_panel`)."""
 
-CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "task", "tasks")
+CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "task", "tasks", "chunk", "parts")
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
 ``lo`` and ``hi`` are float32 bits (``-inf`` / ``inf`` for no bound); ``ys``: the floats from
 one row of ``y`` (and of the residual) to the next, ``p`` unless ``x`` is a band of columns
@@ -160,20 +163,48 @@ def _bits(x: float) -> int:
 def conv1x1_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False, lo: float = -math.inf,
                  hi: float = math.inf, order: int = 0, y_stride: int | None = None, task: int = 0,
                  tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_conv1x1`` call (see :data:`CONV1X1_DIMS`).
+    """The dims of one ``md_conv1x1`` call (see :data:`CONV1X1_DIMS`; order 1's chunks from
+    :func:`conv1x1_chunks`).
 
     Example:
         >>> conv1x1_dims(1, 16, 96, 12544)[:4]
         (1, 16, 96, 12544)
     """
+    chunk, parts = conv1x1_chunks(n, cin, p, tasks)
     values = {"n": n, "cin": cin, "cout": cout, "p": p, "has_res": int(residual), "lo": _bits(lo),
               "hi": _bits(hi), "order": order, "ys": p if y_stride is None else y_stride, "task": task,
-              "tasks": tasks}
+              "tasks": tasks, "chunk": chunk, "parts": parts}
     return tuple(values[d] for d in CONV1X1_DIMS)
 
 
+CHUNK_BYTES = 256 << 10
+"""At most how many bytes of input a chunk of ``md_conv1x1``'s pixels (order 1) spans: a
+chunk's ``cin`` rows stay in L2 (1 MB a core on Zen 4, 2 MB on recent Intel cores) while every
+weight panel passes over them, the output and residual streaming by beside them."""
 
 
+def conv1x1_chunks(n: int, cin: int, p: int, tasks: int = 1) -> tuple[int, int]:
+    """``md_conv1x1``'s chunks (order 1) for ``n`` images of ``p`` pixels and ``cin``
+    channels on ``tasks`` tasks: the pixels of a chunk (a multiple of :func:`conv1x1_width`,
+    :data:`CHUNK_BYTES` of input at most, the image's blocks shared out evenly) and the parts
+    each chunk's panels are split into (1; ``tasks`` where the chunks would not share out
+    evenly over the tasks).
+
+    Example:
+        >>> conv1x1_chunks(1, 64, 3136) == (1056, 1) if conv1x1_width() == 32 else True
+        True
+        >>> conv1x1_chunks(1, 256, 196, tasks=2)[1]
+        2
+    """
+    width = conv1x1_width()
+    blocks = max(1, -(-p // width))
+    most = max(1, CHUNK_BYTES // (4 * cin * width))
+    chunks = -(-blocks // most)
+    per = -(-blocks // chunks)
+    chunks = -(-blocks // per)
+    units = n * chunks
+    parts = 1 if tasks < 2 or units % tasks == 0 or units >= 4 * tasks else tasks
+    return per * width, parts
 
 
 AHEAD = 4
@@ -318,41 +349,67 @@ def _conv1x1(module: ir.Module) -> None:
     p, cin, cout, ys = d["p"], d["cin"], d["cout"], d["ys"]
     col_blocks = b.sdiv(b.add(p, I64(width - 1)), I64(width))
     row_blocks = b.sdiv(b.add(cout, I64(mr - 1)), I64(mr))
-    pixels_outer = b.icmp_signed("==", d["order"], I64(0))
-    outer = b.select(pixels_outer, col_blocks, row_blocks)
-    inner = b.select(pixels_outer, row_blocks, col_blocks)
-    units = b.mul(d["n"], outer)
-    first, last = _share(b, units, d)
     null = ir.Constant(PTR, None)
 
-    def unit(u: ir.Value) -> None:
-        image = b.sdiv(u, outer)
-        block = b.srem(u, outer)
-        xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
-        yi = b.mul(image, b.mul(cout, ys))
+    def ahead_x(xi: ir.Value, cb: ir.Value) -> None:  # the lines of x some blocks on, out of memory
+        j = b.mul(b.add(cb, I64(AHEAD)), I64(width))
+        _loop(b, I64(0), cin, lambda k: _prefetch(module, b, _elem(b, xi, b.add(b.mul(k, p), j)), write=False))
 
-        def ahead() -> None:  # this block's lines of x and y some blocks on, out of memory
-            j = b.mul(b.add(block, I64(AHEAD)), I64(width))
-            _loop(b, I64(0), cin, lambda k: _prefetch(module, b, _elem(b, xi, b.add(b.mul(k, p), j)), write=False))
+    def one(xi: ir.Value, yi: ir.Value, rb: ir.Value, cb: ir.Value) -> None:  # the tile (panel rb, block cb)
+        j0 = b.mul(cb, I64(width))
+        j0 = b.select(b.icmp_signed(">", b.add(j0, I64(width)), p), b.sub(p, I64(width)), j0)
+        r0 = b.mul(rb, I64(mr))
+        at = b.add(yi, b.add(b.mul(r0, ys), j0))
+        b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(mr)))), I64(1), I64(mr), cin,
+                      _elem(b, y, at), ys, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
+                      b.sub(cout, r0), I64(width), lo, hi])
+
+    def pixels_outer() -> None:  # order 0: a unit is a block of pixels, every panel passing over it
+        first, last = _share(b, b.mul(d["n"], col_blocks), d)
+
+        def unit(u: ir.Value) -> None:
+            image, cb = b.sdiv(u, col_blocks), b.srem(u, col_blocks)
+            xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
+            yi = b.mul(image, b.mul(cout, ys))
+            ahead_x(xi, cb)
+            j = b.mul(b.add(cb, I64(AHEAD)), I64(width))
             _loop(b, I64(0), cout, lambda r: _prefetch(module, b, _elem(b, y, b.add(yi, b.add(b.mul(r, ys), j))),
                                                        write=True))
+            _loop(b, I64(0), row_blocks, lambda rb: one(xi, yi, rb, cb))
 
-        _if(b, pixels_outer, ahead)
+        _loop(b, first, last, unit)
 
-        def one(v: ir.Value) -> None:
-            cb = b.select(pixels_outer, block, v)
-            rb = b.select(pixels_outer, v, block)
-            j0 = b.mul(cb, I64(width))
-            j0 = b.select(b.icmp_signed(">", b.add(j0, I64(width)), p), b.sub(p, I64(width)), j0)
-            r0 = b.mul(rb, I64(mr))
-            at = b.add(yi, b.add(b.mul(r0, ys), j0))
-            b.call(tile, [_elem(b, xi, j0), p, _elem(b, w, b.mul(rb, b.mul(cin, I64(mr)))), I64(1), I64(mr), cin,
-                          _elem(b, y, at), ys, b.select(has_res, _elem(b, res, at), null), _elem(b, bias, r0),
-                          b.sub(cout, r0), I64(width), lo, hi])
+    def chunks_outer() -> None:  # order 1: a unit is a chunk's share of the panels, each passing over the chunk
+        per_chunk = b.sdiv(d["chunk"], I64(width))
+        chunks = b.sdiv(b.add(col_blocks, b.sub(per_chunk, I64(1))), per_chunk)
+        parts = d["parts"]
+        first, last = _share(b, b.mul(b.mul(d["n"], chunks), parts), d)
 
-        _loop(b, I64(0), inner, one)
+        def unit(u: ir.Value) -> None:
+            image, rest = b.sdiv(u, b.mul(chunks, parts)), b.srem(u, b.mul(chunks, parts))
+            c, part = b.sdiv(rest, parts), b.srem(rest, parts)
+            xi = _elem(b, x, b.mul(image, b.mul(cin, p)))
+            yi = b.mul(image, b.mul(cout, ys))
+            lo_block = b.mul(c, per_chunk)
+            hi_block = b.add(lo_block, per_chunk)
+            hi_block = b.select(b.icmp_signed(">", hi_block, col_blocks), col_blocks, hi_block)
+            lo_panel = b.sdiv(b.mul(row_blocks, part), parts)
+            hi_panel = b.sdiv(b.mul(row_blocks, b.add(part, I64(1))), parts)
 
-    _if(b, b.icmp_signed(">=", p, I64(width)), lambda: _loop(b, first, last, unit))
+            def panel(rb: ir.Value) -> None:
+                def block(cb: ir.Value) -> None:
+                    _if(b, b.icmp_signed("==", rb, lo_panel), lambda: ahead_x(xi, cb))  # (the chunk's first pass)
+                    one(xi, yi, rb, cb)
+                _loop(b, lo_block, hi_block, block)
+
+            _loop(b, lo_panel, hi_panel, panel)
+
+        _loop(b, first, last, unit)
+
+    wide = b.icmp_signed(">=", p, I64(width))
+    chunked = b.icmp_signed("!=", d["order"], I64(0))
+    _if(b, b.and_(wide, chunked), chunks_outer)
+    _if(b, b.and_(wide, b.not_(chunked)), pixels_outer)
     b.ret_void()
 
 

@@ -48,6 +48,7 @@ from metadef.backends.x86.native import (
 from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import depthwise_dims, stack_floats
 from metadef.codegen.native_gemm import (
+    conv1x1_chunks,
     conv1x1_dims,
     conv1x1_rows,
     conv1x1_width,
@@ -64,6 +65,8 @@ from metadef.ops.defs.nn_pool import window
 
 OWN = "own micro-kernel, epilogue fused"
 OWN_C = "own micro-kernel, channels outer"
+ORDERS = {OWN: 0, OWN_C: 1}
+"""``md_conv1x1``'s walk for each way of calling it (see :mod:`metadef.codegen.native_gemm`)."""
 OWN_T = "own micro-kernel, pixels as rows"
 PARALLEL_PRODUCT = 1 << 20
 """A product of our kernels splits across threads from this many multiply-adds (~10 us of work)."""
@@ -73,6 +76,13 @@ MIN_PIXELS = 64
 """Below this many pixels ``md_conv1x1``'s row of 16-pixel blocks wastes too much on its
 overlapped last block (7x7: 64 computed for 49): it is not measured there (``md_conv1x1t``,
 with the pixels as rows, is)."""
+
+PIXELS_OUTER_HANDICAP = 1.05
+"""``OWN`` (pixel blocks outer) wins a race only this much faster than the others. In a race,
+its data in cache, it ties ``OWN_C`` (chunks, channels outer) to a few percent either way; in
+a model, each input coming from L3 or memory, the chunks read it once where ``OWN`` reads
+the weights once a block: ResNet-50's layer1 conv3 at batch 8, one thread, 13.3 ms a conv
+with ``OWN``, 9.2 with ``OWN_C`` (`Session.profile`, every product forced one way)."""
 
 PREFER: str | None = None
 """Set to ``OWN``, ``OWN_T`` or ``BLAS`` to take that path for every product with conv weights
@@ -144,7 +154,7 @@ class WeightProduct:
     each image's ``x[i] [depth, p]`` (a pointwise conv's input, or an im2col of one image),
     through our kernels where they measure faster than OpenBLAS on one image of the shape:
     ``md_conv1x1`` (pixels as the tile's columns; ``OWN``: pixel blocks outer; ``OWN_C``: a
-    weight panel stays while the pixels pass, which streams a residual row by row), or
+    weight panel stays while a chunk of pixels passes, which streams a residual row by row), or
     ``md_transpose`` into a workspace then ``md_conv1x1t`` (pixels as the tile's rows, ``OWN_T``: no pixel computed
     twice, the input read along its channels). The weights are packed for the winner only,
     once (the measurement runs on arrays of ones in the packed shapes)."""
@@ -163,7 +173,7 @@ class WeightProduct:
 
     def packed(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The weights in the layout of ``kind`` and a bias to read (zeros, or the padded bias)."""
-        kind = OWN if kind == OWN_C else kind
+        kind = OWN if kind in ORDERS else kind
         if kind not in self._packed:
             weight = self.weight
             assert weight is not None, "weights dropped: give them back before packing another way"
@@ -191,7 +201,7 @@ class WeightProduct:
         output rows): it is timed that way, a band's columns in cache."""
         if PREFER is not None:  # (md_conv1x1 needs a block of pixels; md_conv1x1t a bias it can read)
             own = p >= conv1x1_width()
-            possible = self.rows_possible if PREFER == OWN_T else own if PREFER in (OWN, OWN_C) else True
+            possible = self.rows_possible if PREFER == OWN_T else own if PREFER in ORDERS else True
             return PREFER if possible else BLAS
         cout, depth = self.cout, self.depth
         key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()))
@@ -204,7 +214,7 @@ class WeightProduct:
             return known
         candidates, _arrays = self.timers(p, bands)
         assert sorted(candidates) == sorted(names)
-        return measured_choice(key, candidates)[0]
+        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP})[0]
 
     def timers(self, p: int, bands: Sequence[int] = ()) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
         """One run of each way :meth:`choice` races for images of ``p`` pixels (``bands``: as
@@ -266,11 +276,13 @@ class WeightProduct:
         base = {"residual": residual is not None, "lo": lo, "hi": hi}
         epilogue = " + epilogue" if residual is not None or self.bounds != (-math.inf, math.inf) else ""
         if y_stride is not None:
-            assert kind in (OWN, OWN_C), kind
+            assert kind in ORDERS, kind
             base["y_stride"] = y_stride
-        if kind in (OWN, OWN_C):
-            order = int(kind == OWN_C)
-            outer = -(-cout // conv1x1_rows()) if order else -(-p // conv1x1_width())
+        if kind in ORDERS:
+            order = ORDERS[kind]
+            blocks = -(-p // conv1x1_width())
+            chunks = -(-p // conv1x1_chunks(n, depth, p)[0])
+            outer = blocks if order == 0 else chunks * -(-cout // conv1x1_rows())  # (at most: parts split panels)
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
                 if count < 2 or n * cout * p * depth < split_from or n * outer < count:
@@ -418,5 +430,5 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
     return needing(lower, *needs(otherwise), "md_depthwise")
 
 
-__all__ = ["OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
+__all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
            "depthwise3x3", "depthwise_lowering", "epilogue_form", "maxpool_lowering", "pointwise", "pointwise_lowering"]

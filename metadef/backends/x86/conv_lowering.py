@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, OWN, OWN_C, PRODUCT_ROUTINES, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, ORDERS, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -212,13 +212,13 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     kind = product.choice(pixels, [rows * out_hw[1] for _, rows in bands] if len(bands) > 1 else ())
     if kind == BLAS:
         return None
-    if kind not in (OWN, OWN_C):
+    if kind not in ORDERS:
         bands = [(0, out_hw[0])]
     values = im2col_values(sx, kernel, win.strides, win.dilations, begin, out_hw)
     units = [(i, y0, rows) for i in range(n) for y0, rows in bands]
     cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
     image = 4 * product.cout * pixels
-    chains = len(units) > 1 and kind in (OWN, OWN_C)  # (one product call a unit)
+    chains = len(units) > 1 and kind in ORDERS  # (one product call a unit)
     width = max(1, binding_threads()) if chains else 1  # column buffers: units side by side in a group
 
     def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:

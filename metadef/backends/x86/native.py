@@ -363,16 +363,19 @@ _CONV_CHOICES: dict[tuple[int, ...], tuple[str, str]] = {}
 _CHOICE_LOCK = threading.Lock()
 
 
-def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]]) -> tuple[str, str]:
+def measured_choice(key: tuple[Any, ...], candidates: Mapping[str, Callable[[], None]],
+                    handicaps: Mapping[str, float] | None = None) -> tuple[str, str]:
     """The fastest of ``candidates`` (name -> one run on the shapes ``key`` names), timed once
     (:func:`race`, after a warm-up) and remembered in this process and in the compile cache's
     shape level, so a new process on this machine does not time it again: ``(name, the
-    timings as text)``. The decision is logged under ``METADEF_DEBUG=1``. Choices are made one
-    at a time (a lock): two kernels timed at once would slow each other."""
+    timings as text)``. ``handicaps``: factors a candidate's time is multiplied by before the
+    comparison (one that is known to lose in a model what it ties in a race, its data in
+    cache). The decision is logged under ``METADEF_DEBUG=1``. Choices are made one at a time
+    (a lock): two kernels timed at once would slow each other."""
     with _CHOICE_LOCK:
         found = _known_choice(key, candidates)
         if found is None:
-            found = remember_choice(key, candidates, race(candidates))
+            found = remember_choice(key, candidates, race(candidates), handicaps)
         return found
 
 
@@ -395,11 +398,15 @@ def race(candidates: Mapping[str, Callable[[], None]], rounds: int = MEASURED_RO
     return times
 
 
-def remember_choice(key: tuple[Any, ...], names: Collection[str], times: Mapping[str, float]) -> tuple[str, str]:
-    """The fastest of ``times`` as the choice for ``key`` among ``names``, kept in this process
-    and in the compile cache's shape level (what :func:`known_choice` finds later), and logged."""
-    winner = min(times, key=times.__getitem__)
-    text = ", ".join(f"{n} {1e3 * t:.2f} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
+def remember_choice(key: tuple[Any, ...], names: Collection[str], times: Mapping[str, float],
+                    handicaps: Mapping[str, float] | None = None) -> tuple[str, str]:
+    """The fastest of ``times`` (each multiplied by its handicap, if it has one) as the choice
+    for ``key`` among ``names``, kept in this process and in the compile cache's shape level
+    (what :func:`known_choice` finds later), and logged."""
+    factor = handicaps or {}
+    winner = min(times, key=lambda name: times[name] * factor.get(name, 1.0))
+    text = ", ".join(f"{n} {1e3 * t:.2f} ms" + (f" (x{factor[n]:g} to win)" if n in factor else "")
+                     for n, t in sorted(times.items(), key=lambda x: x[1]))
     found = (winner, text)
     with contextlib.suppress(OSError, ValueError, TypeError):
         Store().put(_choice_key(key, names), {"winner": winner, "timings": text}, {})
