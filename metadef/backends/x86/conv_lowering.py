@@ -208,7 +208,7 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
     if product.depth != c * taps or pixels == 0:
         return None
-    bands = im2col_bands(c * taps, out_hw)
+    bands = im2col_bands(c * taps, out_hw, 4 * product.cout * product.depth)
     kind = product.choice(pixels, [rows * out_hw[1] for _, rows in bands] if len(bands) > 1 else ())
     if kind == BLAS:
         return None
@@ -251,19 +251,24 @@ is done in bands of output rows, each band's columns then its product: the colum
 L2 (ResNet-50's first conv: 7.4 MB of columns, read 147 rows at a time, a stream each)."""
 
 
-def im2col_bands(depth: int, out_hw: tuple[int, int]) -> list[tuple[int, int]]:
+def im2col_bands(depth: int, out_hw: tuple[int, int], weight_bytes: int = 0) -> list[tuple[int, int]]:
     """``(first output row, rows)`` of each band of an image whose columns are ``depth`` rows
-    deep: about :data:`BAND_BYTES` of columns a band, each at least one 16-pixel block wide
-    (the kernel's), the last no narrower (a short remainder joins the band before it).
+    deep: about :data:`BAND_BYTES` of columns a band, or twice the product's weights
+    (``weight_bytes``) where they weigh more (every band's product reads all the weights:
+    ResNet-50's layer2/0/conv2, 590 KB of weights, took 14 bands of 56 pixels, its product
+    reading 8.3 MB of weights an image), each band at least one block of the kernel's pixels
+    wide, the last no narrower (a short remainder joins the band before it).
 
     Example:
         >>> im2col_bands(147, (112, 112))[:2], len(im2col_bands(147, (112, 112)))
         ([(0, 2), (2, 2)], 56)
+        >>> im2col_bands(1152, (28, 28), weight_bytes=1152 * 128 * 4)
+        [(0, 9), (9, 9), (18, 10)]
         >>> im2col_bands(27, (14, 14))
         [(0, 14)]
     """
     oh, ow = out_hw
-    rows = max(1, BAND_BYTES // (4 * depth * ow), -(-conv1x1_width() // ow))
+    rows = max(1, max(BAND_BYTES, 2 * weight_bytes) // (4 * depth * ow), -(-conv1x1_width() // ow))
     if rows >= oh:
         return [(0, oh)]
     bands = [(y0, min(rows, oh - y0)) for y0 in range(0, oh, rows)]

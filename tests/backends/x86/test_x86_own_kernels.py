@@ -171,11 +171,15 @@ def test_im2col_matches_numpy_and_reads_nothing_past_its_input(c: int, h: int, w
 
 
 def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
-    for depth, out_hw in [(147, (112, 112)), (27, (112, 112)), (576, (7, 7)), (4608, (14, 14)), (9000, (3, 3))]:
-        bands = conv_lowering.im2col_bands(depth, out_hw)
+    for depth, out_hw, weights in [(147, (112, 112), 0), (27, (112, 112), 0), (576, (7, 7), 0), (4608, (14, 14), 0),
+                                   (9000, (3, 3), 0), (1152, (28, 28), 589824), (1152, (28, 28), 0)]:
+        bands = conv_lowering.im2col_bands(depth, out_hw, weights)
         assert [y0 for y0, _ in bands] == list(np.cumsum([0] + [r for _, r in bands[:-1]]))
         assert sum(r for _, r in bands) == out_hw[0]
         assert all(r * out_hw[1] >= conv1x1_width() for _, r in bands) or len(bands) == 1
+        widest = max(conv_lowering.BAND_BYTES, 2 * weights)  # (a band is at least one row, one block)
+        assert all(4 * depth * (r - 1) * out_hw[1] < widest for _, r in bands[:-1]) or out_hw[1] < conv1x1_width()
+    assert len(conv_lowering.im2col_bands(1152, (28, 28), 589824)) < len(conv_lowering.im2col_bands(1152, (28, 28)))
 
 
 @pytest.mark.parametrize(("n", "rows", "cols", "tasks", "pad"), [
