@@ -191,7 +191,7 @@ def conv1x1_chunks(n: int, cin: int, p: int, tasks: int = 1) -> tuple[int, int]:
     evenly over the tasks).
 
     Example:
-        >>> conv1x1_chunks(1, 64, 3136) == (1056, 1) if conv1x1_width() == 32 else True
+        >>> conv1x1_chunks(1, 64, 3136) == (800, 1) if conv1x1_width() == 32 else True
         True
         >>> conv1x1_chunks(1, 256, 196, tasks=2)[1]
         2

@@ -251,6 +251,10 @@ is done in bands of output rows, each band's columns then its product: the colum
 L2 (ResNet-50's first conv: 7.4 MB of columns, read 147 rows at a time, a stream each)."""
 
 
+BAND_WEIGHTS = 2
+"""A band holds at least this many times its product's weights in columns (see :func:`im2col_bands`)."""
+
+
 def im2col_bands(depth: int, out_hw: tuple[int, int], weight_bytes: int = 0) -> list[tuple[int, int]]:
     """``(first output row, rows)`` of each band of an image whose columns are ``depth`` rows
     deep: about :data:`BAND_BYTES` of columns a band, or twice the product's weights
@@ -268,7 +272,7 @@ def im2col_bands(depth: int, out_hw: tuple[int, int], weight_bytes: int = 0) -> 
         [(0, 14)]
     """
     oh, ow = out_hw
-    rows = max(1, max(BAND_BYTES, 2 * weight_bytes) // (4 * depth * ow), -(-conv1x1_width() // ow))
+    rows = max(1, max(BAND_BYTES, BAND_WEIGHTS * weight_bytes) // (4 * depth * ow), -(-conv1x1_width() // ow))
     if rows >= oh:
         return [(0, oh)]
     bands = [(y0, min(rows, oh - y0)) for y0 in range(0, oh, rows)]

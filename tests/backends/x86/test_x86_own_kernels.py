@@ -177,7 +177,8 @@ def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
         assert [y0 for y0, _ in bands] == list(np.cumsum([0] + [r for _, r in bands[:-1]]))
         assert sum(r for _, r in bands) == out_hw[0]
         assert all(r * out_hw[1] >= conv1x1_width() for _, r in bands) or len(bands) == 1
-        widest = max(conv_lowering.BAND_BYTES, 2 * weights)  # (a band is at least one row, one block)
+        # (a band is at least one row and one block)
+        widest = max(conv_lowering.BAND_BYTES, conv_lowering.BAND_WEIGHTS * weights)
         assert all(4 * depth * (r - 1) * out_hw[1] < widest for _, r in bands[:-1]) or out_hw[1] < conv1x1_width()
     assert len(conv_lowering.im2col_bands(1152, (28, 28), 589824)) < len(conv_lowering.im2col_bands(1152, (28, 28)))
 
@@ -574,6 +575,7 @@ def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, bands: b
     monkeypatch.setattr(conv1x1, "PREFER", prefer)
     if bands:
         monkeypatch.setattr(conv_lowering, "BAND_BYTES", 1)
+        monkeypatch.setattr(conv_lowering, "BAND_WEIGHTS", 0)
     graph = md.optimize(_convs(), level="aggressive")
     exe = md.compile(graph, target="x86", threads=1)
     two = md.compile(graph, target="x86", threads=2, cache=False)
