@@ -282,6 +282,42 @@ def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: li
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
+    g = GraphBuilder("pool")
+    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
+    y, = g.node("MaxPool", [xi], {"strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+    g.output(y)
+    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
+
+
+@pytest.mark.parametrize(("h", "w", "stride", "pads"), [
+    # read in place: stride 1, same size, 9 wide at least (a first and a last vector, 9: overlapping;
+    # 16: the last a whole block; 17, 14: the last overlapping the one before); stride 2 halving an even
+    # plane, 16 wide at least (or padded after: never read)
+    (5, 9, 1, [1, 1, 1, 1]), (12, 14, 1, [1, 1, 1, 1]), (16, 16, 1, [1, 1, 1, 1]), (3, 17, 1, [1, 1, 1, 1]),
+    (40, 112, 1, [1, 1, 1, 1]), (16, 16, 2, [1, 1, 1, 1]), (6, 18, 2, [1, 1, 0, 0]), (24, 40, 2, [1, 1, 1, 1]),
+    (2, 112, 2, [1, 1, 1, 1]),
+    # through the padded copy still: too narrow, odd, unpadded, uneven strides
+    (9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]), (16, 16, 1, [1, 1, 0, 0]),
+])
+def test_planes_read_in_place_match_the_reference(h: int, w: int, stride: int, pads: list[int]) -> None:
+    n, c = 2, 3
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    x[1, 2, h // 2, w - 1] = np.nan  # (a NaN at a row's end: max and the sums carry it)
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    want = np.clip(_conv_ort(x, wt, b, [stride] * 2, pads), 0.0, 6.0)
+    y = np.full(want.shape, -7.0, np.float32)
+    dims = depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride), (pads[0], pads[1]), lo=0.0, hi=6.0)
+    _call("md_depthwise", [x, wt, b, y], dims)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    want = _pool_ort(x, [stride] * 2, pads)
+    y = np.full(want.shape, -7.0, np.float32)
+    _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride),
+                                                               (pads[0], pads[1])))
+    np.testing.assert_array_equal(y, want)
+
+
 def _block() -> md.Graph:
     """Pointwise conv + residual + Relu; pointwise conv + Clip; depthwise + Clip; a plain 1x1."""
     g = GraphBuilder("block")
