@@ -208,7 +208,8 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     taps, pixels = kernel[0] * kernel[1], out_hw[0] * out_hw[1]
     if product.depth != c * taps or pixels == 0:
         return None
-    bands = im2col_bands(c * taps, out_hw, 4 * product.cout * product.depth)
+    bands = _shared_out(im2col_bands(c * taps, out_hw, 4 * product.cout * product.depth), n, out_hw,
+                        binding_threads())
     kind = product.choice(pixels, [rows * out_hw[1] for _, rows in bands] if len(bands) > 1 else ())
     if kind == BLAS:
         return None
@@ -243,6 +244,31 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
             more, work = unit(u, Arg("scratch", 0))
             calls += more
     return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep())
+
+
+def _shared_out(bands: list[tuple[int, int]], n: int, out_hw: tuple[int, int], threads: int) -> list[tuple[int, int]]:
+    """``bands`` of each of ``n`` images, or more of them, so that few units (images x bands)
+    share out evenly over ``threads`` (three bands on two threads: one thread's two took twice
+    the other's one), each still a block of the kernel's pixels wide.
+
+    Example:
+        >>> _shared_out([(0, 10), (10, 10), (20, 8)], 1, (28, 28), 2)
+        [(0, 7), (7, 7), (14, 7), (21, 7)]
+        >>> _shared_out([(0, 10), (10, 10), (20, 8)], 8, (28, 28), 2)[:1]
+        [(0, 10)]
+    """
+    (oh, width), count = out_hw, len(bands)
+    if threads < 2 or count < 2 or (n * count) % threads == 0 or n * count >= 4 * threads:
+        return bands
+    widest = max(r for _, r in bands)
+    step = threads // math.gcd(n, threads)  # (n images of `count` bands: a multiple of threads)
+    for total in range(-(-count // step) * step, oh + 1, step):
+        rows = -(-oh // total)
+        if rows < widest // 2:  # (narrower bands read the weights more often: not below half)
+            break
+        if -(-oh // rows) == total and (oh - (total - 1) * rows) * width >= conv1x1_width():
+            return [(y0, min(rows, oh - y0)) for y0 in range(0, oh, rows)]
+    return bands
 
 
 BAND_BYTES = 192 << 10

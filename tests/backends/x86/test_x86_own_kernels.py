@@ -183,6 +183,25 @@ def test_im2col_bands_cover_the_image_in_blocks_the_kernel_takes() -> None:
     assert len(conv_lowering.im2col_bands(1152, (28, 28), 589824)) < len(conv_lowering.im2col_bands(1152, (28, 28)))
 
 
+def test_bands_share_out_over_the_threads_when_units_are_few() -> None:
+    for n in (1, 2, 3):
+        for oh, ow in [(28, 28), (56, 56), (14, 14), (7, 7), (112, 112), (13, 40)]:
+            for depth in (147, 576, 1152, 4608):
+                for threads in (1, 2, 3, 4):
+                    bands = conv_lowering.im2col_bands(depth, (oh, ow), depth * 128 * 4)
+                    shared = conv_lowering._shared_out(bands, n, (oh, ow), threads)
+                    assert [y0 for y0, _ in shared] == list(np.cumsum([0] + [r for _, r in shared[:-1]]))
+                    assert sum(r for _, r in shared) == oh
+                    if shared != bands:
+                        assert len(shared) > len(bands) and (n * len(shared)) % threads == 0
+                        assert min(r for _, r in shared) * ow >= conv1x1_width()
+                    elif len(bands) > 1 and n * len(bands) < 4 * threads and (n * len(bands)) % threads:
+                        widest = max(r for _, r in bands)  # (no even split into bands half as tall or more)
+                        assert not any((n * (oh // rows)) % threads == 0 and oh % rows == 0
+                                       for rows in range(max(1, widest // 2), widest) if rows * ow >= 32)
+    assert conv_lowering._shared_out([(0, 9), (9, 9), (18, 10)], 1, (28, 28), 2) == [(0, 7), (7, 7), (14, 7), (21, 7)]
+
+
 @pytest.mark.parametrize(("n", "rows", "cols", "tasks", "pad"), [
     (1, 1, 1, 1, 0), (2, 8, 8, 1, 0), (1, 17, 9, 2, 0), (3, 16, 24, 3, 0), (1, 4608, 49, 2, 0), (2, 5, 3, 4, 0),
     (1, 9, 16, 1, 0), (2, 1024, 13, 2, 16), (1, 17, 9, 1, 3)])
