@@ -57,7 +57,7 @@ import numpy as np
 import metadef as md
 from metadef.backends import get_backend
 from metadef.convert import convert
-from metadef.core.errors import InputError, MetadefError
+from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.runtime.session import IOSpec, Session
 from metadef.shape import ShapeEnv, bind_shape, evaluate_shape, free_symbols
 from metadef.testing.cpu_meter import DEFAULT_SEQ
@@ -424,9 +424,11 @@ def _symbol_values(inputs: Sequence[IOSpec], batch: int, dims: Mapping[str, int]
 
 def step_times(session: Session, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int],
                runs: int = TRACE_RUNS) -> dict[str, float] | None:
-    """The median time (ms) of each step, by node name, from the executable's step-by-step
-    path (``run_steps``) with each step's kernel wrapped in a timer for the duration (one
-    untimed run first). None when the executable has no such path.
+    """The median time (ms) of each step, by node name, in step order: from
+    :meth:`Session.profile` where the executable runs native programs (each group of native
+    calls timed as it runs in a whole run; a step's groups summed), else from its step-by-step
+    path (``run_steps``), each step's kernel wrapped in a timer for the duration (one untimed
+    run first). None when the executable has neither.
 
     Example:
         >>> from metadef.ir import parse_graph
@@ -439,6 +441,16 @@ def step_times(session: Session, feeds: Mapping[str, np.ndarray], symbols: Mappi
     steps = getattr(exe, "steps", None)
     if steps is None or not hasattr(exe, "run_steps"):
         return None
+    if getattr(exe, "programs", None) is not None:
+        try:
+            profile = session.profile(feeds, runs=max(1, runs), warmup=1)
+        except BackendError:  # (shapes that depend on values: the step-by-step path below)
+            profile = None
+        if profile is not None:
+            per_node: dict[str, float] = {}
+            for row in profile.rows:
+                per_node[row.node] = per_node.get(row.node, 0.0) + row.seconds
+            return _by_step(steps, [1e3 * per_node.pop(step.node.name, 0.0) for step in steps])
     originals = [step.kernel for step in steps]
     timings: list[list[float]] = [[] for _ in steps]
 
@@ -460,14 +472,19 @@ def step_times(session: Session, feeds: Mapping[str, np.ndarray], symbols: Mappi
     finally:
         for step, kernel in zip(steps, originals):
             step.kernel = kernel
+    return _by_step(steps, [1e3 * statistics.median(slot) if slot else 0.0 for slot in timings])
+
+
+def _by_step(steps: Sequence[Any], ms: Sequence[float]) -> dict[str, float]:
+    """Each step's time by its node's name (``name#2``, ... for a name seen before), in order."""
     out: dict[str, float] = {}
-    for step, slot in zip(steps, timings):
+    for step, value in zip(steps, ms):
         name = step.node.name or step.node.op
         key, k = name, 1
         while key in out:
             k += 1
             key = f"{name}#{k}"
-        out[key] = 1e3 * statistics.median(slot) if slot else 0.0
+        out[key] = value
     return out
 
 

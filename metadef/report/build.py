@@ -95,7 +95,7 @@ def write_report(model: str | os.PathLike[str], path: str | os.PathLike[str], *,
     """Write an HTML report on ``model`` (a zoo name, an ``.onnx`` or an ``.mdef`` path) to
     ``path``, its figures as PNGs in ``<stem>_files/`` beside it; see :mod:`metadef.report`.
 
-    ``runs``: timed runs per benchmark configuration (and, up to 10, step-by-step runs);
+    ``runs``: timed runs per benchmark configuration (and, up to 10, profiled runs);
     ``threads``: the thread counts benchmarked; ``batch``: the batch size everywhere;
     ``bench=False`` skips the ONNX Runtime comparison (the page says so); ``top``: how many
     steps figure 3 shows. ``progress(stage, done, total)`` hears of each stage of

@@ -33,7 +33,7 @@ class _ListOptions(click.Command):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the HTML file to write (default: MODEL's name + .html); figures go to <name>_files/")
 @click.option("--runs", type=int, default=10, show_default=True,
-              help="timed runs per benchmark configuration (and up to 10 step-by-step runs)")
+              help="timed runs per benchmark configuration (and up to 10 profiled runs)")
 @click.option("--threads", "threads", type=int, multiple=True, default=(1, 2), show_default=True,
               help="thread counts to benchmark (repeat the option, or list them: --threads 1 2)")
 @click.option("--batch", type=int, default=1, show_default=True, help="batch size of every measurement")

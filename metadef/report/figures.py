@@ -269,7 +269,7 @@ def steps_figure(steps: Sequence[StepTime], infos: Sequence[NodeInfo], top: int,
     Example:
         >>> info = NodeInfo("a", "Relu", "a", "elementwise", False, ("Relu",))
         >>> steps_figure([StepTime(0, 1.5)], [info], top=5, runs=3).axes[0].get_title()
-        'top 1 of 1 steps: 100% of the 1.50 ms the steps took (median of 3 step-by-step runs)'
+        'top 1 of 1 steps: 100% of the 1.50 ms the steps took (median of 3 profiled runs)'
     """
     spare: dict[str, str] = {}
     shown = top_steps(steps, top)
@@ -288,7 +288,7 @@ def steps_figure(steps: Sequence[StepTime], infos: Sequence[NodeInfo], top: int,
     ax.set_xlabel("median time per run (ms)")
     covered = sum(s.ms for s in shown)
     ax.set_title(f"top {len(shown)} of {len(steps)} steps: {100 * covered / total:.0f}% of the {total:.2f} ms "
-                 f"the steps took (median of {runs} step-by-step runs)", fontsize=10)
+                 f"the steps took (median of {runs} profiled runs)", fontsize=10)
     ax.grid(axis="x", color="#e5e5e5", lw=0.6)
     ax.set_axisbelow(True)
     kinds = {infos[s.node].category: infos[s.node] for s in shown}

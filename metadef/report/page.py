@@ -130,10 +130,11 @@ def _steps_section(data: ReportData, image: FigureImage, top: int) -> Section:
     total = sum(s.ms for s in data.steps) or 1.0
     shown = top_steps(data.steps, top)
     body = [
-        paragraph(f"The compiled graph run step by step on the x86 backend, each step's kernel timed "
-                  f"(metadef.benchmark.step_times; median of {data.step_runs} runs, "
+        paragraph(f"The compiled graph's native program on the x86 backend, each group of native calls "
+                  f"timed as it runs in a whole run, a step's groups summed (metadef.benchmark.step_times, "
+                  f"Session.profile; median of {data.step_runs} runs, "
                   f"at {', '.join(f'{k}={v}' for k, v in data.bindings.items()) or 'static shapes'}). "
-                  "The step-by-step path adds a little overhead per step that a whole-program run does not have."),
+                  "Each group timed apart carries a call's overhead, about a microsecond."),
         image.html(),
         table(["#", "step", "ops", "kind", "ms", "share"],
               [[k + 1, data.infos[s.node].name, data.infos[s.node].label, data.infos[s.node].category,
