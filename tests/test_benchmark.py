@@ -131,6 +131,14 @@ def test_step_times_leave_the_executable_as_it_was() -> None:
     assert mb.step_times(md.compile(g, target="reference"), {"x": np.ones(8, np.float32)}, {"n": 8}) is None
 
 
+def test_step_times_come_from_the_native_program_where_there_is_one() -> None:
+    # a view (Flatten) costs the native program nothing; its kernel on the step-by-step path would
+    g = parse_graph("graph g(%x: f32[n,4,4]) -> (%y) { %t: f32[n,16] = Flatten(%x) @flat "
+                    "%y: f32[n,16] = Relu(%t) @relu return %y }")
+    times = mb.step_times(md.compile(g, target="x86"), {"x": np.ones((8, 4, 4), np.float32)}, {"n": 8}, runs=3)
+    assert list(times) == ["flat", "relu"] and times["flat"] == 0.0 and times["relu"] > 0.0
+
+
 def test_foreign_load_measures_again_and_keeps_the_least_loaded() -> None:
     loads = iter([1.5, 0.5, 0.9])
     sample, warnings, attempts = guarded(lambda: LatencySample([0.001] * 5, 1.0, next(loads)), "the runs")
