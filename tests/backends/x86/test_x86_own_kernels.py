@@ -316,6 +316,9 @@ def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
     (5, 9, 1, [1, 1, 1, 1]), (12, 14, 1, [1, 1, 1, 1]), (16, 16, 1, [1, 1, 1, 1]), (3, 17, 1, [1, 1, 1, 1]),
     (40, 112, 1, [1, 1, 1, 1]), (16, 16, 2, [1, 1, 1, 1]), (6, 18, 2, [1, 1, 0, 0]), (24, 40, 2, [1, 1, 1, 1]),
     (2, 112, 2, [1, 1, 1, 1]),
+    # narrow planes of 7 outputs a row: 7 wide at stride 1, 14 at stride 2 (3 and 4 rows: the
+    # first and last rows only)
+    (7, 7, 1, [1, 1, 1, 1]), (3, 7, 1, [1, 1, 1, 1]), (14, 14, 2, [1, 1, 1, 1]), (4, 14, 2, [1, 1, 0, 0]),
     # through the padded copy still: too narrow, odd, unpadded, uneven strides
     (9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]), (16, 16, 1, [1, 1, 0, 0]),
 ])
@@ -335,6 +338,31 @@ def test_planes_read_in_place_match_the_reference(h: int, w: int, stride: int, p
     _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride),
                                                                (pads[0], pads[1])))
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize(("h", "w", "stride"), [(7, 7, 1), (3, 7, 1), (14, 14, 2), (4, 14, 2), (9, 16, 1),
+                                                (16, 16, 2), (5, 9, 1)])
+def test_planes_read_in_place_read_only_their_input(h: int, w: int, stride: int) -> None:
+    # (the input's first plane after a guard page, then its last plane before one)
+    c = 3
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    for at_end in (False, True):
+        x, release = _guarded((1, c, h, w), at_end)
+        try:
+            x[...] = RNG.standard_normal(x.shape)
+            want = _conv_ort(np.array(x), wt, b, [stride] * 2, [1, 1, 1, 1])
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_depthwise", [x, wt, b, y], depthwise_dims(1, c, (h, w), want.shape[2:], (stride, stride),
+                                                                (1, 1)))
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+            want = _pool_ort(np.array(x), [stride] * 2, [1, 1, 1, 1])
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(1, c, (h, w), want.shape[2:],
+                                                                       (stride, stride), (1, 1)))
+            np.testing.assert_array_equal(y, want)
+        finally:
+            release()
 
 
 def _block() -> md.Graph:
