@@ -42,6 +42,8 @@ from typing import Any
 
 from llvmlite import ir
 
+from metadef.codegen import native_inplace
+from metadef.codegen.native_inplace import EVENS, LANES, NARROW, ODD, _direct, _maximum, _narrow
 from metadef.codegen.native_ir import (
     F32,
     I32,
@@ -85,10 +87,6 @@ def depthwise_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, int],
     return tuple(values[d] for d in DEPTHWISE_DIMS)
 
 
-LANES = ir.Constant(ir.VectorType(I64, 8), list(range(8)))
-DIRECT = True
-"""Planes with one pixel of padding before each axis, stride 1 (same size, at least 9 wide) or 2
-(half, at least 16 wide), are read in place (:func:`_direct`)."""
 DOUBLE_FLOATS = 8192
 """Padded planes up to this many floats (32 KiB) get a second copy on the stack: the walk
 copies the next plane while it computes this one (see ``_depthwise``)."""
@@ -96,12 +94,6 @@ copies the next plane while it computes this one (see ``_depthwise``)."""
 
 
 
-
-
-def _maximum(module: ir.Module, typ: ir.Type) -> ir.Function:
-    """``llvm.maximum`` (NaN in, NaN out, as numpy's max) for ``typ``: a float or 8 of them."""
-    name = "llvm.maximum." + ("v8f32" if typ == V8 else "f32")
-    return module.globals.get(name) or ir.Function(module, ir.FunctionType(typ, [typ, typ]), name)
 
 
 def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.Function:
@@ -192,193 +184,6 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
     return fn
 
 
-def _direct(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
-    """``plane(y, x, width, w, beta, lo, hi, oh, ow, h, fill_line)``: every output row of one plane
-    read straight from the input plane ``x`` (no padded copy), for one pixel of padding before
-    each axis and none after that the outputs read (stride 1: ``oh, ow = h, width``; stride 2:
-    ``2*oh, 2*ow = h, width``). A tap row above or below the plane reads
-    ``fill_line`` (the padding's value); the column before a row (and for stride 1 the one
-    after it) comes in as the fill, shifted into the vector in registers: the copy of the whole
-    plane into a padded one was a quarter of a stride-1 plane's time and more than half of a
-    stride-2 one's (``perf``, MobileNetV2's 96 x 112x112 stride 2). Stride 2 loads 16
-    consecutive inputs a tap row and takes their even and odd columns apart in registers.
-    ``width`` is at least 9 for stride 1 (a first and a last vector, which may overlap), 16
-    for stride 2."""
-    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}_direct{stride}",
-                      [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, PTR], (0,))
-    y_plane, x_plane, width, w, beta, lo, hi, oh, ow, h, fill_line = fn.args
-    taps = [] if pool else [_splat(b, b.load(_elem(b, w, I64(t)), typ=F32)) for t in range(9)]
-    low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
-    fma = module.globals.get("llvm.fma.v8f32") or ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]),
-                                                               "llvm.fma.v8f32")
-    fill = b.load(fill_line, typ=V8, align=4)
-    blocks = b.sdiv(ow, I64(8))
-    exact = b.icmp_signed("==", b.mul(blocks, I64(8)), ow)
-    # stride 1: the vector at o reads columns o - 1 .. o + 8, the one ending at the row's end
-    # one past it; stride 2 reads 2o - 1 .. 2o + 15, inside the row but for the first
-    plain_hi = b.select(exact, b.sub(blocks, I64(1)), blocks) if stride == 1 else blocks
-    shift_in = ir.Constant(ir.VectorType(I32, 8), [7, 8, 9, 10, 11, 12, 13, 14])  # (b's lane 7, then a's 0..6)
-    shift_out = ir.Constant(ir.VectorType(I32, 8), [1, 2, 3, 4, 5, 6, 7, 8])  # (a's 1..7, then b's 0)
-
-    def load(at: ir.Value) -> ir.Value:
-        return b.load(at, typ=V8, align=4)
-
-    def row_at(oy: ir.Value) -> None:
-        rows = []  # (tap row r: its first column)
-        for r in range(3):
-            iy = b.add(b.mul(oy, I64(stride)), I64(r - 1))
-            inside = b.and_(b.icmp_signed(">=", iy, I64(0)), b.icmp_signed("<", iy, h))
-            rows.append(b.select(inside, _elem(b, x_plane, b.mul(iy, width)), _elem(b, fill_line, I64(8))))
-        y_row = _elem(b, y_plane, b.mul(oy, ow))
-
-        def eight(o: ir.Value, edge: str = "") -> None:
-            acc = start
-            for r, row in enumerate(rows):
-                if stride == 1:  # columns o - 1, o, o + 1 (+ lane); the fill before the row or after it
-                    mid = load(_elem(b, row, o))
-                    before = b.shuffle_vector(fill, mid, shift_in) if edge == "left" else \
-                        load(_elem(b, row, b.sub(o, I64(1))))
-                    after = b.shuffle_vector(mid, fill, shift_out) if edge == "right" else \
-                        load(_elem(b, row, b.add(o, I64(1))))
-                    values = [before, mid, after]
-                else:  # columns 2o - 1, 2o, 2o + 1 (+ 2 lane): 16 from 2o, evens and odds, the odds moved on
-                    at = b.mul(o, I64(2))
-                    first, second = load(_elem(b, row, at)), load(_elem(b, row, b.add(at, I64(8))))
-                    evens, odds = b.shuffle_vector(first, second, EVENS), b.shuffle_vector(first, second, ODD)
-                    if edge == "left":
-                        prev = fill
-                    else:
-                        prev = b.insert_element(ir.Constant(V8, ir.Undefined),
-                                                b.load(_elem(b, row, b.sub(at, I64(1))), typ=F32), I32(7))
-                    values = [b.shuffle_vector(prev, odds, shift_in), evens, odds]
-                for s, v in enumerate(values):
-                    acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [taps[3 * r + s], v, acc])
-            b.store(_bounded(b, acc, low, high), b.bitcast(_elem(b, y_row, o), V8.as_pointer()), align=4)
-
-        eight(I64(0), "left")
-        _loop(b, I64(1), plain_hi, lambda k: eight(b.mul(k, I64(8))))
-        if stride == 1:  # (the vector ending at the row's end: the last block, or one overlapping it)
-            eight(b.sub(ow, I64(8)), "right")
-        else:
-            _if(b, b.not_(exact), lambda: eight(b.sub(ow, I64(8))))
-
-    _loop(b, I64(0), oh, row_at)
-    b.ret_void()
-    return fn
-
-
-NARROW = {1: 7, 2: 14}
-"""The input width a narrow plane read in place has at each stride: 7x7 outputs (MobileNetV2's
-last blocks, 14 -> 7 at stride 2)."""
-
-
-def _narrow(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
-    """``plane(y, x, w, beta, lo, hi, oh, h, fill_line)``: :func:`_direct` for a plane of 7
-    outputs a row (:data:`NARROW` columns in: 7 at stride 1, 14 at stride 2), one vector of 8
-    an output row: each tap row's columns from -1 on in one load (two at stride 2) at a fixed
-    offset from the row, the first row's and the last one's shifted in registers so that no
-    load leaves the plane; the column before the row comes in as the fill. A row's vector
-    spills one output into the next row, which is written after it; the last row's is stored
-    as the plane's last 8 outputs, the row before's last one in front (in place of a masked
-    store, slow on AMD cores). The output rows go in one loop, each input row's taps made
-    once and carried over to the next output rows in registers (MobileNetV2's 960 x 7x7 planes
-    0.042 -> 0.017 ms, its 576 x 14x14 stride 2 0.046 -> 0.019 ms)."""
-    width = NARROW[stride]
-    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}_narrow{stride}",
-                      [PTR, PTR, PTR, F32, F32, F32, I64, I64, PTR], (0,))
-    y_plane, x_plane, w, beta, lo, hi, oh, h, fill_line = fn.args
-    taps = [] if pool else [_splat(b, b.load(_elem(b, w, I64(t)), typ=F32)) for t in range(9)]
-    low, high, start = _splat(b, lo), _splat(b, hi), _splat(b, beta)
-    fma = module.globals.get("llvm.fma.v8f32") or ir.Function(module, ir.FunctionType(V8, [V8, V8, V8]),
-                                                               "llvm.fma.v8f32")
-    fill = b.load(fill_line, typ=V8, align=4)
-    first_lane = b.icmp_signed("==", LANES, _splat(b, I64(0)))
-    mask = ir.VectorType(I32, 8)
-
-    def pick(a: ir.Value, c: ir.Value, lanes: list[int]) -> ir.Value:
-        return b.shuffle_vector(a, c, ir.Constant(mask, lanes))
-
-    def load(at: ir.Value) -> ir.Value:
-        return b.load(at, typ=V8, align=4)
-
-    def columns(iy: ir.Value) -> list[ir.Value]:
-        """Input row ``iy``'s columns -1 .. 8 * stride - 2 in vectors of 8 (those past the row
-        unread but by lanes past the outputs), the fill for a row outside the plane."""
-        row = _elem(b, x_plane, b.mul(iy, I64(width)))
-        inside = b.and_(b.icmp_signed(">=", iy, I64(0)), b.icmp_signed("<", iy, h))
-        top = b.icmp_signed("==", iy, I64(0))
-        bottom = b.icmp_signed("==", iy, b.sub(h, I64(1)))
-        safe = b.select(inside, row, _elem(b, fill_line, I64(16)))  # (a pointer every load may read from)
-        # (no load leaves the plane: the first row's is read from its start and shifted right,
-        # stride 2's last row's second half ends at the row's end and is shifted left)
-        first = load(_elem(b, safe, b.select(top, I64(0), I64(-1))))
-        vectors = [b.select(top, pick(fill, first, [7, 8, 9, 10, 11, 12, 13, 14]), first)]
-        if stride == 2:  # columns 7 .. 14
-            second = load(_elem(b, safe, b.select(top, I64(8), b.select(bottom, I64(6), I64(7)))))
-            vectors.append(b.select(top, pick(first, second, [7, 8, 9, 10, 11, 12, 13, 14]),
-                                    b.select(bottom, pick(second, fill, [1, 2, 3, 4, 5, 6, 7, 8]), second)))
-        return [b.select(inside, v, fill) for v in vectors]
-
-    def tap_values(iy: ir.Value) -> list[ir.Value]:
-        """Input row ``iy``'s three taps' inputs for every output of a row."""
-        vectors = columns(iy)
-        if stride == 1:  # lane i: columns i - 1, i, i + 1 (column 7 is past the row: the fill)
-            v = vectors[0]
-            return [b.select(first_lane, fill, v), pick(v, fill, [1, 2, 3, 4, 5, 6, 7, 8]),
-                    pick(v, fill, [2, 3, 4, 5, 6, 7, 8, 8])]
-        # lane i: columns 2i - 1, 2i, 2i + 1
-        evens = pick(vectors[0], vectors[1], [0, 2, 4, 6, 8, 10, 12, 14])
-        odds = pick(vectors[0], vectors[1], [1, 3, 5, 7, 9, 11, 13, 15])
-        return [b.select(first_lane, fill, evens), odds, pick(evens, fill, [1, 2, 3, 4, 5, 6, 7, 8])]
-
-    def result(rows: list[list[ir.Value]]) -> ir.Value:
-        acc = start
-        for r, values in enumerate(rows):
-            for s, v in enumerate(values):
-                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [taps[3 * r + s], v, acc])
-        return _bounded(b, acc, low, high)
-
-    def store(v: ir.Value, at: ir.Value) -> None:
-        b.store(v, b.bitcast(_elem(b, y_plane, at), V8.as_pointer()), align=4)
-
-    # output rows in one loop, each input row's taps made once: the rows shared with the next
-    # output row (stride 1: two; stride 2: one) carried over in registers
-    carried = 2 if stride == 1 else 1
-    outside = [fill, fill, fill]  # (the row above the plane)
-    start_rows = [outside, tap_values(I64(0))] if stride == 1 else [outside]
-    pre = b.block
-    head, done = b.append_basic_block("rows"), b.append_basic_block("rows_done")
-    b.branch(head)
-    b.position_at_end(head)
-    oy = b.phi(I64)
-    oy.add_incoming(I64(0), pre)
-    phis = [[b.phi(V8) for _ in range(3)] for _ in range(carried)]
-    for row_phis, init in zip(phis, start_rows):
-        for phi, value in zip(row_phis, init):
-            phi.add_incoming(value, pre)
-    fresh = [tap_values(b.add(b.mul(oy, I64(stride)), I64(k + carried - 1))) for k in range(3 - carried)]
-    rows = [*phis, *fresh]
-    value = result(rows)
-    last = b.icmp_signed("==", oy, b.sub(oh, I64(1)))
-    with b.if_else(last) as (final, inner):
-        with inner:
-            store(value, b.mul(oy, I64(7)))
-        with final:  # the plane's last 8 outputs, the row before's last one (just stored) in front
-            end = b.sub(b.mul(oh, I64(7)), I64(8))
-            before = b.load(_elem(b, y_plane, end), typ=F32)
-            store(pick(b.insert_element(ir.Constant(V8, ir.Undefined), before, I32(7)), value,
-                       [7, 8, 9, 10, 11, 12, 13, 14]), end)
-    following = b.add(oy, I64(1))
-    oy.add_incoming(following, b.block)
-    for row_phis, value_row in zip(phis, rows[3 - carried:]):
-        for phi, v in zip(row_phis, value_row):
-            phi.add_incoming(v, b.block)
-    b.cbranch(b.icmp_signed("<", following, oh), head, done)
-    b.position_at_end(done)
-    b.ret_void()
-    return fn
-
-
 def _by_stride(b: ir.IRBuilder, sw: ir.Value, rows: dict[int | None, ir.Function], call: list[ir.Value]) -> None:
     """Call the row loop made for stride ``sw`` (the generic one for strides other than 1, 2)."""
     after = b.append_basic_block("done")
@@ -391,10 +196,6 @@ def _by_stride(b: ir.IRBuilder, sw: ir.Value, rows: dict[int | None, ir.Function
         b.call(rows[s], call)
         b.branch(after)
     b.position_at_end(after)
-
-
-ODD = ir.Constant(ir.VectorType(I32, 8), [1, 3, 5, 7, 9, 11, 13, 15])
-EVENS = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 8, 10, 12, 14])
 
 
 def _deinterleave(b: ir.IRBuilder, line: ir.Value, src: ir.Value, width: ir.Value, pl: ir.Value,
@@ -483,7 +284,7 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
     last_plane = b.sdiv(b.mul(d["planes"], b.add(d["task"], I64(1))), d["tasks"])
     sh, sw, pt, pl, height, width = d["sh"], d["sw"], d["pt"], d["pl"], d["h"], d["w"]
     oh, ow = d["oh"], d["ow"]
-    if DIRECT:
+    if native_inplace.DIRECT:
         directs = {st: _direct(module, st, pool) for st in (1, 2)}
         fill_value = F32(-math.inf) if pool else F32(0.0)
 
@@ -599,7 +400,7 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
             _loop(b, first_plane, last_plane, ahead)
         with large:
             _loop(b, first_plane, last_plane, in_place)
-    if DIRECT:
+    if native_inplace.DIRECT:
         b.branch(done)
         b.position_at_end(done)
     b.ret_void()
