@@ -386,10 +386,7 @@ class BoundProgram:
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Run on contiguous ``inputs`` (graph order) into contiguous ``outputs``."""
-        if self.patches:
-            addresses = [address(a) for a in (*inputs, *outputs)]
-            for array, slot, position, offset in self.patches:
-                array[slot] = addresses[position] + offset
+        self._patch(inputs, outputs)
         for native, work in self._work:
             if native:
                 work[0](*work[1])
@@ -417,10 +414,7 @@ class BoundProgram:
     def timed_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> list[float]:
         """:meth:`run`, each unit of :meth:`units` timed on its own: their seconds, in order.
         (Each group is its own call of the pool's driver: a barrier after each, as in a run.)"""
-        if self.patches:
-            addresses = [address(a) for a in (*inputs, *outputs)]
-            for array, slot, position, offset in self.patches:
-                array[slot] = addresses[position] + offset
+        self._patch(inputs, outputs)
         clock = time.perf_counter
         times: list[float] = []
         for native, work in self._work:
@@ -442,6 +436,13 @@ class BoundProgram:
                     times.append(clock() - start)
         self._finish_run(inputs, outputs)
         return times
+
+    def _patch(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """This run's input and output addresses into the calls' pointer tables."""
+        if self.patches:
+            addresses = [address(a) for a in (*inputs, *outputs)]
+            for array, slot, position, offset in self.patches:
+                array[slot] = addresses[position] + offset
 
     def _finish_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         for k, st in self._finish:  # outputs no step wrote: inputs, constants, repeats
