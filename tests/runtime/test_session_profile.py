@@ -61,3 +61,18 @@ def test_a_graph_run_step_by_step_says_it_cannot_be_profiled() -> None:
     sess = md.compile(g, target="x86")
     with pytest.raises(BackendError, match="step by step"):
         sess.profile({"x": np.array([0, 1, 2], np.float32)})
+
+
+def test_a_session_specialized_per_structure_profiles_the_specialization_its_feeds_take() -> None:
+    # (md.compile_onnx: a SpecializingSession; its profile is its specialization's)
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    sess = md.compile_onnx(model, target="x86")
+    p = sess.profile({"x": np.ones((3, 4), np.float32)}, runs=2)
+    assert [r.node for r in p.rows] == ["relu"] and p.symbols == {"n": 3} and p.target == "x86"
