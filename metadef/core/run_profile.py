@@ -18,7 +18,8 @@ Example:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,12 +73,12 @@ class RunProfile:
 
     def by_op(self) -> list[tuple[str, float, int]]:
         """(op, seconds, nodes) per op, slowest first."""
-        ops: dict[str, list[Any]] = {}
+        seconds: dict[str, float] = {}
         nodes: dict[str, set[str]] = {}
         for r in self.rows:
-            ops.setdefault(r.op, [0.0])[0] += r.seconds
+            seconds[r.op] = seconds.get(r.op, 0.0) + r.seconds
             nodes.setdefault(r.op, set()).add(r.node)
-        return sorted(((op, t[0], len(nodes[op])) for op, t in ops.items()), key=lambda x: -x[1])
+        return sorted(((op, t, len(nodes[op])) for op, t in seconds.items()), key=lambda x: -x[1])
 
     def to_dict(self) -> dict[str, Any]:
         """The profile as plain data (seconds), for JSON."""
@@ -121,4 +122,26 @@ def median_rows(runs: Sequence[Sequence[float]], labels: Iterable[tuple[str, str
             for i, (node, op, what, calls) in enumerate(labels)]
 
 
-__all__ = ["ProfileRow", "RunProfile", "median_rows"]
+def measure(run: Callable[[], Any], timed_run: Callable[[], list[float]], runs: int,
+            warmup: int) -> tuple[list[list[float]], float]:
+    """``warmup`` plain runs, then ``max(1, runs)`` rounds of a plain run (timed whole) and a
+    run with each unit timed (``timed_run``'s seconds): every round's unit times, and the median
+    of the whole runs. The loop each backend's ``profile`` shares.
+
+    Example:
+        >>> times, wall = measure(lambda: None, lambda: [0.5, 0.25], runs=3, warmup=1)
+        >>> times, wall >= 0
+        ([[0.5, 0.25], [0.5, 0.25], [0.5, 0.25]], True)
+    """
+    for _ in range(warmup):
+        run()
+    timings, walls = [], []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        run()
+        walls.append(time.perf_counter() - start)
+        timings.append(timed_run())
+    return timings, statistics.median(walls)
+
+
+__all__ = ["ProfileRow", "RunProfile", "measure", "median_rows"]

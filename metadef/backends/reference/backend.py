@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import numpy as np
 from metadef.backends.base import plan_frees
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, MetadefError
-from metadef.core.run_profile import RunProfile, median_rows
+from metadef.core.run_profile import RunProfile, measure, median_rows
 from metadef.ir import Graph, Node, format_node
 from metadef.ops import MetaOp, infer_types
 from metadef.ops.interface import resolve_attrs
@@ -87,18 +86,14 @@ class ReferenceExecutable:
             >>> [(r.node, r.op, r.what) for r in p.rows]
             [('r', 'Relu', 'numpy')]
         """
-        for _ in range(warmup):
-            self._run(feeds, symbols, None)
-        timings, walls = [], []
-        for _ in range(max(1, runs)):
-            start = time.perf_counter()
+        def timed() -> list[float]:
             times: list[float] = []
             self._run(feeds, symbols, times)
-            walls.append(time.perf_counter() - start)
-            timings.append(times)
+            return times
+
+        timings, wall = measure(lambda: self._run(feeds, symbols, None), timed, runs, warmup)
         units = [(step.node.name, step.node.qualop, "numpy", 0) for step in self.steps]
-        return RunProfile(median_rows(timings, units), max(1, runs), "reference", dict(symbols),
-                       statistics.median(walls))
+        return RunProfile(median_rows(timings, units), max(1, runs), "reference", dict(symbols), wall)
 
     def _run(self, feeds: Mapping[str, np.ndarray], symbols: Mapping[str, int],
              times: list[float] | None) -> list[np.ndarray]:

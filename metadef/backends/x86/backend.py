@@ -40,9 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import statistics
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,7 +65,7 @@ from metadef.codegen.native import native_function
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import BackendError, InputError, MetadefError
 from metadef.core.flags import DEBUG
-from metadef.core.run_profile import RunProfile, median_rows
+from metadef.core.run_profile import RunProfile, measure, median_rows
 from metadef.ir import Graph, Node, format_node
 from metadef.ir.verify import verify
 from metadef.ops import infer_types
@@ -360,18 +358,11 @@ class X86Executable:
         except Unplannable as e:
             raise BackendError(f"x86: {self.graph.name} runs step by step from Python at {dict(symbols)} ({e}); "
                                f"only native programs are profiled") from e
-        clock = time.perf_counter
         try:
             self._check_inputs(program, inputs)
             outs = [np.empty(shape, dtype) for shape, dtype in program.output_specs]
-            for _ in range(warmup):
-                program.run(inputs, outs)
-            timings, walls = [], []
-            for _ in range(max(1, runs)):
-                start = clock()
-                program.run(inputs, outs)
-                walls.append(clock() - start)
-                timings.append(program.timed_run(inputs, outs))
+            timings, wall = measure(lambda: program.run(inputs, outs), lambda: program.timed_run(inputs, outs),
+                                    runs, warmup)
             units = program.units()
             threads = program.threads
         finally:
@@ -379,8 +370,7 @@ class X86Executable:
         way = self.pieces_for(symbols)
         note = f"{threads} thread{'s' if threads != 1 else ''}" + (
             f"; runs of this batch go in pieces ({way}), profiled here as one program" if way is not None else "")
-        return RunProfile(median_rows(timings, units), max(1, runs), "x86", dict(symbols),
-                       statistics.median(walls), note)
+        return RunProfile(median_rows(timings, units), max(1, runs), "x86", dict(symbols), wall, note)
 
     def _check_inputs(self, program: Any, inputs: Sequence[np.ndarray]) -> None:
         """Native code trusts the planned shapes: check each input against them (``run`` may

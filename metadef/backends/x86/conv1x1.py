@@ -280,9 +280,10 @@ class WeightProduct:
             base["y_stride"] = y_stride
         if kind in ORDERS:
             order = ORDERS[kind]
-            blocks = -(-p // conv1x1_width())
-            chunks = -(-p // conv1x1_chunks(n, depth, p)[0])
-            outer = blocks if order == 0 else chunks * -(-cout // conv1x1_rows())  # (at most: parts split panels)
+            if order == 0:
+                outer = -(-p // conv1x1_width())  # (pixel blocks)
+            else:  # (chunks times panels, at most: parts split panels)
+                outer = -(-p // conv1x1_chunks(n, depth, p)[0]) * -(-cout // conv1x1_rows())
 
             def tasks(count: int) -> list[tuple[int, ...]] | None:
                 if count < 2 or n * cout * p * depth < split_from or n * outer < count:
