@@ -73,6 +73,7 @@ from metadef.codegen.native_ir import (
 from metadef.codegen.native_tile import (
     MR,
     NR,
+    _ahead,
     _prefetch,
     _row_tiles,
     _tile,
@@ -237,8 +238,8 @@ def _conv1x1t(module: ir.Module) -> None:
     # last few rows go one at a time, through the single row's four chains of FMAs)
     top = conv1x1_rows()
     pw = gemm_panel()
-    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True, width=pw)
-             for mr in (top, 1)}
+    tiles = {mr: _tile(module, f"md_conv1x1t_tile{mr}", mr, column_bias=True, transposed=True, width=pw,
+                       ahead=True) for mr in (top, 1)}
     b, (x, w, bias, res, y), d, (lo, hi), has_res = _pointwise_entry(module, "md_conv1x1t", CONV1X1T_DIMS)
     p, cin, cout, ldx = d["p"], d["cin"], d["cout"], d["ldx"]
     panels = b.sdiv(b.add(cout, I64(pw - 1)), I64(pw))
@@ -254,11 +255,14 @@ def _conv1x1t(module: ir.Module) -> None:
         xi = _elem(b, x, b.mul(image, b.mul(ldx, p)))
         yi = b.add(b.mul(image, b.mul(cout, p)), b.mul(c0, p))
         wq = _elem(b, w, b.mul(q, b.mul(cin, I64(pw))))
+        following = _elem(b, wq, b.mul(cin, I64(pw)))
 
         def rows_from(r0: ir.Value, mr: int) -> None:
             at = b.add(yi, r0)
+            ahead = _ahead(b, following, b.sdiv(r0, I64(top)), cin, pw)
             b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, ldx)), ldx, I64(1), cin, _elem(b, y, at), p,
-                               b.select(has_res, _elem(b, res, at), null), _elem(b, bias, c0), I64(mr), cols, lo, hi])
+                               b.select(has_res, _elem(b, res, at), null), _elem(b, bias, c0), I64(mr), cols, lo, hi,
+                               *ahead])
 
         full = b.sdiv(p, I64(top))
         _loop(b, I64(0), full, lambda i: rows_from(b.mul(i, I64(top)), top))
@@ -490,7 +494,7 @@ def gemm_row_tiles() -> tuple[int, ...]:
 def _gemm(module: ir.Module) -> None:
     sizes = gemm_row_tiles()
     pw = gemm_panel()
-    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True, width=pw) for mr in sizes}
+    tiles = {mr: _tile(module, f"md_gemm_tile{mr}", mr, column_bias=True, width=pw, ahead=True) for mr in sizes}
     b, args, dims = _define(module, "md_gemm")
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GEMM_DIMS)}
@@ -506,10 +510,13 @@ def _gemm(module: ir.Module) -> None:
         cols = b.select(b.icmp_signed(">", cols, I64(pw)), I64(pw), cols)
         wq = _elem(b, w, b.mul(q, b.mul(k, I64(pw))))
 
+        following = _elem(b, wq, b.mul(k, I64(pw)))
+
         def rows_from(r0: ir.Value, mr: int) -> None:
+            ahead = _ahead(b, following, b.sdiv(r0, I64(sizes[0])), k, pw)
             b.call(tiles[mr], [wq, I64(pw), _elem(b, x, b.mul(r0, lda)), lda, I64(1), k,
                                _elem(b, y, b.add(b.mul(r0, n), j0)), n, null, _elem(b, bias, j0), I64(mr), cols,
-                               lo, hi])
+                               lo, hi, *ahead])
 
         _row_tiles(b, m, sizes, rows_from)
 
