@@ -55,6 +55,22 @@ class _Body:
             acc = self(f"call float @llvm.fmuladd.f32(float {acc}, float {x}, float {float_literal(c)})")
         return acc
 
+    def estrin(self, x: str, coefs: list[float]) -> str:
+        """The polynomial with ``coefs`` (highest degree first, as :meth:`horner`) by Estrin's
+        scheme: pairs ``c0 + c1 x``, then pairs of those with ``x**2``, ``x**4``, ...: a chain
+        of about log2(degree) FMAs where Horner's is the degree long. In a vectorized loop the
+        chain's latency, not the count of operations, bounds how fast an ``erf`` or ``exp``
+        goes (the core holds too few iterations to overlap 30-deep chains)."""
+        terms = [float_literal(c) for c in reversed(coefs)]  # lowest degree first
+        power = x
+        while len(terms) > 1:
+            pairs = [self(f"call float @llvm.fmuladd.f32(float {hi}, float {power}, float {lo})")
+                     for lo, hi in zip(terms[::2], terms[1::2])]
+            terms = pairs + terms[len(pairs) * 2:]
+            if len(terms) > 1:
+                power = self(f"fmul float {power}, {power}")
+        return terms[0]
+
     def define(self, name: str, result: str) -> str:
         body = "\n".join(self.lines)
         return (f"define internal float @{name}(float %x) alwaysinline nounwind {{\n{body}\n"
@@ -71,25 +87,33 @@ def _pow2(b: _Body, k: str) -> str:
     return b(f"bitcast i32 {b(f'shl i32 {biased}, 23')} to float")
 
 
-def _expf() -> str:
-    b = _Body()
-    x = b(f"call float @llvm.minnum.f32(float %x, float {_c(89.0)})")
-    x = b(f"call float @llvm.maxnum.f32(float {x}, float {_c(-104.0)})")
-    nan = b("fcmp uno float %x, 0.0")
-    x = b(f"select i1 {nan}, float 0.0, float {x}")
+def _exp(b: _Body, x: str, wide: bool = True) -> str:
+    """``exp(x)`` for a finite ``x`` in ``[-104, 89]`` (``wide``: the result scaled by two
+    powers of two, reaching float32's largest and subnormal values) or ``[-87, 0]`` (one power
+    of two: a shorter chain), Cephes' reduction and polynomial, the polynomial by Estrin."""
     n = b(f"call float @llvm.roundeven.f32(float {b(f'fmul float {x}, {_c(1.4426950408889634)}')})")
     r = b(f"call float @llvm.fmuladd.f32(float {n}, float {_c(-0.693359375)}, float {x})")
     r = b(f"call float @llvm.fmuladd.f32(float {n}, float {_c(2.12194440e-4)}, float {r})")
-    p = b.horner(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+    p = b.estrin(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                      1.6666665459e-1, 5.0000001201e-1])
     r2 = b(f"fmul float {r}, {r}")
     y = b(f"call float @llvm.fmuladd.f32(float {p}, float {r2}, float {r})")
     y = b(f"fadd float {y}, 1.0")
     k = b(f"fptosi float {n} to i32")
+    if not wide:
+        return b(f"fmul float {y}, {_pow2(b, k)}")
     k1 = b(f"ashr i32 {k}, 1")
     k2 = b(f"sub i32 {k}, {k1}")
     s1, s2 = _pow2(b, k1), _pow2(b, k2)
-    y = b(f"fmul float {b(f'fmul float {y}, {s1}')}, {s2}")
+    return b(f"fmul float {b(f'fmul float {y}, {s1}')}, {s2}")
+
+
+def _expf() -> str:
+    b = _Body()
+    x = b(f"call float @llvm.minnum.f32(float %x, float {_c(89.0)})")
+    x = b(f"call float @llvm.maxnum.f32(float {x}, float {_c(-104.0)})")
+    nan = b("fcmp uno float %x, 0.0")
+    y = _exp(b, b(f"select i1 {nan}, float 0.0, float {x}"))
     return b.define("md_expf", b(f"select i1 {nan}, float %x, float {y}"))
 
 
@@ -156,9 +180,9 @@ def _erff() -> str:
     within 1.4e-7 absolute and 2e-7 relative near 0."""
     b = _Body()
     x2 = b("fmul float %x, %x")
-    small = b(f"fmul float {b.horner(x2, _ERF_SMALL)}, %x")
+    small = b(f"fmul float {b.horner(x2, _ERF_SMALL)}, %x")  # (not the longest chain: Horner)
     a = b(f"call float @llvm.minnum.f32(float {b('call float @llvm.fabs.f32(float %x)')}, float {_c(4.0)})")
-    erfc = b(f"call float @md_expf(float {b.horner(a, _ERF_LARGE)})")
+    erfc = _exp(b, b.estrin(a, _ERF_LARGE), wide=False)  # log(erfc) lies in [-17, -1.6]: no clamps
     large = b(f"call float @llvm.copysign.f32(float {b(f'fsub float 1.0, {erfc}')}, float %x)")
     pick = b(f"fcmp olt float {b('call float @llvm.fabs.f32(float %x)')}, {_c(_ERF_SPLIT)}")
     r = b(f"select i1 {pick}, float {small}, float {large}")
