@@ -55,7 +55,7 @@ def _fma(module: ir.Module, lanes: int = 8) -> ir.Function:
 
 
 def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: bool = False,
-          width: int = NR, ahead: bool = False) -> ir.Function:
+          width: int = NR, ahead: tuple[int, ...] = ()) -> ir.Function:
     """``tile(v, v_step, s, s_row, s_step, depth, y, y_row, res, bias, rows, cols, lo, hi)``: an
     ``mr`` x 16 block of ``y`` = the sum over ``depth`` steps of a broadcast scalar of ``s`` (row
     ``r``: ``s[r*s_row + k*s_step]``) times the 16 floats at ``v + k*v_step``; then the bias (a
@@ -69,8 +69,8 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
     two 256-bit ones without); a tile of few rows splits its steps over several sets of
     accumulators, so that at least 8 chains of FMAs are in flight (two FMA units, four cycles
     each), summed before the last few steps. ``ahead``: two more arguments, a pointer and a
-    step in floats (see :func:`_ahead`): each depth step ``k`` also asks for the cache line at
-    ``ahead + k*step``."""
+    step in floats (see :func:`_ahead`): each depth step ``k`` also asks for the cache lines at
+    ``ahead + k*step + e`` for each ``e`` in ``ahead`` (float offsets)."""
     lanes = tile_lanes()
     per, vector = width // lanes, ir.VectorType(F32, lanes)
     fma = _fma(module, lanes)
@@ -102,8 +102,8 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
         new = []
         for j, acc in enumerate(phis):
             kj = b.add(k, I64(j))
-            if ahead:
-                _prefetch(module, b, _elem(b, fn.args[14], b.mul(kj, fn.args[15])), write=False)
+            for e in ahead:
+                _prefetch(module, b, _elem(b, fn.args[14], b.add(b.mul(kj, fn.args[15]), I64(e))), write=False)
             src = _elem(b, v, b.mul(kj, v_step))
             vs = [b.load(_elem(b, src, I64(lanes * h)), typ=vector, align=4) for h in range(per)]
             scalars = _elem(b, s, b.mul(kj, s_step))
@@ -211,7 +211,7 @@ def _prefetch(module: ir.Module, b: ir.IRBuilder, at: ir.Value, write: bool) -> 
 
 def _ahead(b: ir.IRBuilder, following: ir.Value, tile: ir.Value, depth: ir.Value, width: int
            ) -> tuple[ir.Value, ir.Value]:
-    """The ``ahead`` arguments of a tile (built with ``ahead=True``) that is the ``tile``-th to
+    """The ``ahead`` arguments of a tile (built with ``ahead=(0,)``) that is the ``tile``-th to
     pass over a weight panel of ``depth`` x ``width`` floats whose next panel starts at
     ``following``: the first ``width / 16`` tiles each ask for their share of the next
     panel's cache lines, one line a depth step; the rest ask for nothing new (step 0). With
