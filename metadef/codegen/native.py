@@ -76,6 +76,7 @@ from metadef.codegen.native_conv import (
     _pad2d,
 )
 from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
+from metadef.codegen.native_direct import _conv_direct
 from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
 from metadef.codegen.native_ir import (
     _SGEMM,
@@ -349,6 +350,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
     "md_conv1x1t": _conv1x1t,
+    "md_conv_direct": _conv_direct,
     "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_bmm": _bmm,
@@ -358,8 +360,9 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_gemm", "md_bmm", "md_depthwise", "md_maxpool3x3",
-                              "md_sgemm", "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out"})
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_bmm", "md_depthwise",
+                              "md_maxpool3x3", "md_sgemm", "md_winograd_in", "md_winograd_out", "md_winograd4_in",
+                              "md_winograd4_out"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""

@@ -19,6 +19,8 @@ import numpy as np
 
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.conv1x1 import BLAS, ORDERS, PRODUCT_ROUTINES, WeightProduct
+from metadef.backends.x86.conv_direct import ROUTINES as DIRECT_ROUTINES
+from metadef.backends.x86.conv_direct import direct_step
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -35,6 +37,7 @@ from metadef.backends.x86.native import (
     needs,
     sequence,
     sgemm_call,
+    timed_call,
 )
 from metadef.backends.x86.winograd import (
     WINOGRAD_ROUTINES,
@@ -111,7 +114,7 @@ def conv_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dt
                     "conv2d " + ("1x1 sgemm" if direct else "im2col + sgemm"))
         return NativeStep((call,), (workspace,) if workspace else ())
 
-    routines = ["md_im2col_task", "md_sgemm", *(PRODUCT_ROUTINES if product is not None else ())]
+    routines = ["md_im2col_task", "md_sgemm", *(PRODUCT_ROUTINES + DIRECT_ROUTINES if product is not None else ())]
     if group > 1:  # a depthwise conv (one input channel per output channel) pads; others: md_conv2d
         depthwise_only = weight is not None and weight.shape[1] == 1 and weight.shape[0] == group
         routines += ["md_pad2d"] if depthwise_only else ["md_pad2d", "md_conv2d"]
@@ -190,7 +193,7 @@ def fused_im2col_lowering(attrs: Mapping[str, Any], weight: np.ndarray | None, c
         return step if step is not None else otherwise(inputs, outputs, symbols)
 
     routines = WINOGRAD_ROUTINES if winograd_possible(attrs, weight) else ()
-    return needing(lower, *needs(otherwise), "md_im2col_task", *routines, *PRODUCT_ROUTINES)
+    return needing(lower, *needs(otherwise), "md_im2col_task", *routines, *PRODUCT_ROUTINES, *DIRECT_ROUTINES)
 
 
 def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
@@ -211,11 +214,19 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
     bands = _shared_out(im2col_bands(c * taps, out_hw, 4 * product.cout * product.depth), n, out_hw,
                         binding_threads())
     kind = product.choice(pixels, [rows * out_hw[1] for _, rows in bands] if len(bands) > 1 else ())
+    values = im2col_values(sx, kernel, win.strides, win.dilations, begin, out_hw)
+
+    def im2col_call(image: np.ndarray, columns: np.ndarray) -> Callable[[], None]:
+        return timed_call(native_function("md_im2col_task"), [image.ctypes.data, columns.ctypes.data],
+                          tuple(values[d] for d in IM2COL_DIMS))
+
+    direct = direct_step(product, sx, kernel, win, begin, out_hw, x, residual, out, kind, im2col_call)
+    if direct is not None:
+        return direct
     if kind == BLAS:
         return None
     if kind not in ORDERS:
         bands = [(0, out_hw[0])]
-    values = im2col_values(sx, kernel, win.strides, win.dilations, begin, out_hw)
     units = [(i, y0, rows) for i in range(n) for y0, rows in bands]
     cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
     image = 4 * product.cout * pixels

@@ -218,8 +218,9 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
     """Winograd's products (16 for F(2x2), 36 for F(4x4)) through sgemm or our kernels
     (pixels as columns where a tile of 16 fits, as rows), or im2col, against the reference,
     on 1 and 2 threads."""
-    from metadef.backends.x86 import conv1x1, winograd
+    from metadef.backends.x86 import conv1x1, conv_direct, winograd
     from metadef.codegen.native_winograd import winograd_fits
+    monkeypatch.setattr(conv_direct, "PREFER", conv_direct.IM2COL)
     monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
     monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: (choice, "forced by the test"))
     monkeypatch.setattr(conv1x1, "PREFER", products)
