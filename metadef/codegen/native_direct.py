@@ -14,7 +14,7 @@ bounds on the way, as ``md_conv1x1t`` stores it.
 ``x`` is the padded input (``md_pad2d``): ``[n, cin, hp, wp]``, followed by at least
 :func:`direct_slack` floats that a last tile of a row may read past its pixels (it computes
 ``rows`` = :func:`.native_gemm.conv1x1_rows` pixels and stores the ones that exist). Task
-``task`` of ``tasks`` takes its share of the (image, panel) units.
+``task`` of ``tasks`` takes its share of the (image, band of output rows, panel) units.
 
 Example:
     >>> import ctypes, numpy as np
@@ -42,9 +42,28 @@ from metadef.codegen.native_ir import F32, I64, PTR, _elem, _internal, _loop, _s
 from metadef.codegen.native_tile import _eighths, _fma, _prefetch_block, _store_columns, tile_lanes
 
 DIRECT_DIMS = ("n", "cin", "cout", "hp", "wp", "oh", "ow", "kh", "kw", "stride", "has_res", "lo", "hi",
-               "task", "tasks")
+               "band", "task", "tasks")
 """The dims of ``md_conv_direct``: args are ``[x (padded), packed weights, bias [panels*w],
-residual or null, y [n, cout, oh, ow]]``."""
+residual or null, y [n, cout, oh, ow]]``; ``band``: output rows a unit (:func:`direct_band`)."""
+
+BAND_BYTES = 384 << 10
+"""The input rows a band of output rows reads stay within this many bytes (in L2, while every
+panel of weights passes over them)."""
+
+
+def direct_band(cin: int, wp: int, kh: int, stride: int, oh: int) -> int:
+    """The output rows of ``md_conv_direct``'s units: as many as read at most
+    :data:`BAND_BYTES` of the padded input (``cin`` planes ``wp`` wide), at least one. A unit is
+    a band's rows under one panel of output channels, the panels of a band in turn: a band's
+    input is read from memory once, not once a panel (ResNet-50's layer2 stride-2 conv reads
+    1.7 MB an image).
+
+    Example:
+        >>> direct_band(128, 58, 3, 2, 28), direct_band(3, 230, 7, 2, 112)
+        (6, 68)
+    """
+    rows = BAND_BYTES // (4 * cin * wp)
+    return max(1, min(oh, (rows - kh) // stride + 1))
 
 
 def direct_slack(stride: int) -> int:
@@ -60,8 +79,9 @@ def direct_slack(stride: int) -> int:
 
 def direct_dims(n: int, cin: int, cout: int, padded_hw: tuple[int, int], out_hw: tuple[int, int],
                 kernel: tuple[int, int], stride: int, *, residual: bool = False, lo: float = -math.inf,
-                hi: float = math.inf, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_conv_direct`` call (see :data:`DIRECT_DIMS`).
+                hi: float = math.inf, band: int | None = None, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_conv_direct`` call (see :data:`DIRECT_DIMS`; ``band``:
+    :func:`direct_band` unless given).
 
     Example:
         >>> direct_dims(1, 3, 64, (230, 230), (112, 112), (7, 7), 2)[:4]
@@ -69,7 +89,8 @@ def direct_dims(n: int, cin: int, cout: int, padded_hw: tuple[int, int], out_hw:
     """
     values = {"n": n, "cin": cin, "cout": cout, "hp": padded_hw[0], "wp": padded_hw[1], "oh": out_hw[0],
               "ow": out_hw[1], "kh": kernel[0], "kw": kernel[1], "stride": stride, "has_res": int(residual),
-              "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks}
+              "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks,
+              "band": band or direct_band(cin, padded_hw[1], kernel[0], stride, out_hw[0])}
     return tuple(values[d] for d in DIRECT_DIMS)
 
 
@@ -126,12 +147,17 @@ def _conv_direct(module: ir.Module) -> None:
     pixels = b.mul(oh, ow)
     depth = b.mul(cin, b.mul(d["kh"], d["kw"]))
     panels = b.sdiv(b.add(cout, I64(pw - 1)), I64(pw))
-    first, last = _share(b, b.mul(d["n"], panels), d)
+    bands = b.sdiv(b.add(oh, b.sub(d["band"], I64(1))), d["band"])
+    first, last = _share(b, b.mul(b.mul(d["n"], bands), panels), d)
     null = ir.Constant(PTR, None)
     blocks = b.sdiv(b.add(ow, I64(mr - 1)), I64(mr))
 
-    def unit(u: ir.Value) -> None:
-        image, q = b.sdiv(u, panels), b.srem(u, panels)
+    def unit(u: ir.Value) -> None:  # (image, band, panel), the panels of a band in turn
+        q, rest = b.srem(u, panels), b.sdiv(u, panels)
+        image, band = b.sdiv(rest, bands), b.srem(rest, bands)
+        top = b.mul(band, d["band"])
+        bottom = b.add(top, d["band"])
+        bottom = b.select(b.icmp_signed(">", bottom, oh), oh, bottom)
         c0 = b.mul(q, I64(pw))
         cols = b.sub(cout, c0)
         cols = b.select(b.icmp_signed(">", cols, I64(pw)), I64(pw), cols)
@@ -151,7 +177,7 @@ def _conv_direct(module: ir.Module) -> None:
                               _elem(b, bias, c0), b.select(b.icmp_signed(">", left, I64(mr)), I64(mr), left),
                               cols, lo, hi])
             _loop(b, I64(0), blocks, block)
-        _loop(b, I64(0), oh, out_row)
+        _loop(b, top, bottom, out_row)
 
     _loop(b, first, last, unit)
     b.ret_void()

@@ -31,12 +31,14 @@ from metadef.backends.x86.native import (
     Call,
     NativeStep,
     Shape,
+    binding_threads,
     known_choice,
     measured_choice,
+    sequence,
     timed_call,
 )
 from metadef.codegen.native import PAD2D_DIMS, native_function
-from metadef.codegen.native_direct import direct_dims, direct_slack
+from metadef.codegen.native_direct import direct_band, direct_dims, direct_slack
 from metadef.codegen.native_gemm import gemm_panel
 
 DIRECT = "direct"
@@ -97,7 +99,7 @@ def direct_step(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win:
             return None
         return [tuple({**pad, "task": t, "tasks": count}[d] for d in PAD2D_DIMS) for t in range(count)]
 
-    units = n * -(-cout // gemm_panel())
+    units = n * -(-cout // gemm_panel()) * -(-out_hw[0] // direct_band(c, wp, kernel[0], stride, out_hw[0]))
 
     def tasks(count: int) -> list[tuple[int, ...]] | None:
         if count < 2 or units < count or n * cout * product.depth * out_hw[0] * out_hw[1] < PARALLEL_PRODUCT:
@@ -105,15 +107,30 @@ def direct_step(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win:
         return [direct_dims(n, c, cout, (hp, wp), out_hw, kernel[:2], stride, **dims, task=t, tasks=count)
                 for t in range(count)]
 
-    padded = Arg("scratch", 0)
     epilogue = " + epilogue" if residual is not None or product.bounds != (-np.inf, np.inf) else ""
-    calls = (Call(native_function("md_pad2d"), (x, padded), tuple(pad[d] for d in PAD2D_DIMS), "conv2d pad",
+    weights, res = Arg("addr", packed.ctypes.data), residual if residual is not None else NULL
+    threads = max(1, binding_threads())
+    if n > 1 and n >= threads:  # each image padded, then convolved, on one thread; images side by side
+        one = 4 * (c * hp * wp + direct_slack(stride))
+        image = {**pad, "planes": c}
+        calls = []
+        for i in range(n):
+            j, at = i % threads, 4 * i * cout * out_hw[0] * out_hw[1]
+            buffer = Arg("scratch", 0).at(j * one)
+            calls.append(sequence([
+                Call(native_function("md_pad2d"), (x.at(4 * i * c * h * w), buffer),
+                     tuple(image[d] for d in PAD2D_DIMS), "conv2d pad"),
+                Call(native_function("md_conv_direct"), (buffer, weights, bias, res.at(at), out.at(at)),
+                     direct_dims(1, c, cout, (hp, wp), out_hw, kernel[:2], stride, **dims),
+                     "conv2d direct own kernel" + epilogue)], joins=j > 0))
+        return NativeStep(tuple(calls), (threads * one,), product.keep())
+    padded = Arg("scratch", 0)
+    calls = [Call(native_function("md_pad2d"), (x, padded), tuple(pad[d] for d in PAD2D_DIMS), "conv2d pad",
                   pad_tasks),
-             Call(native_function("md_conv_direct"),
-                  (padded, Arg("addr", packed.ctypes.data), bias, residual if residual is not None else NULL, out),
+             Call(native_function("md_conv_direct"), (padded, weights, bias, res, out),
                   direct_dims(n, c, cout, (hp, wp), out_hw, kernel[:2], stride, **dims),
-                  "conv2d direct own kernel" + epilogue, tasks))
-    return NativeStep(calls, (4 * (n * c * hp * wp + direct_slack(stride)),), product.keep())
+                  "conv2d direct own kernel" + epilogue, tasks)]
+    return NativeStep(tuple(calls), (4 * (n * c * hp * wp + direct_slack(stride)),), product.keep())
 
 
 def _timers(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], stride: int, begin: list[int],
