@@ -1,5 +1,6 @@
 """Convolutions lowered to native calls: im2col + split sgemm per image, Winograd F(2x2, 3x3)
-or F(4x4, 3x3) (:mod:`.winograd`, whichever measures fastest), grouped convs through
+or F(4x4, 3x3) (:mod:`.winograd`, whichever measures fastest), our kernels on each image's
+im2col or on a padded copy of the input read in place (:mod:`.conv_direct`), grouped convs through
 ``md_conv2d``, depthwise convs through a padded copy and a generated kernel (the 3x3 ones take
 our own ``md_depthwise``, see :mod:`.conv1x1`).
 
