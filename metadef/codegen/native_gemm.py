@@ -81,10 +81,11 @@ from metadef.codegen.native_tile import (
     tile_lanes,
 )
 
-GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks", "lda")
+GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks", "lda", "has_res")
 """The dims of ``md_gemm``: args are ``[x [m, k] (rows ``lda`` floats apart), packed weights,
-bias [ceil(n/w)*w], y [m, n]]``; task ``task`` of ``tasks`` computes its share of the
-``w``-column panels (``w`` = :func:`gemm_panel`)."""
+bias [ceil(n/w)*w], y [m, n]]`` and, with ``has_res``, a fifth: a residual ``[m, n]`` added
+before the bounds; task ``task`` of ``tasks`` computes its share of the ``w``-column panels
+(``w`` = :func:`gemm_panel`)."""
 
 CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "task", "tasks", "chunk", "parts")
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
@@ -456,7 +457,7 @@ def pack_gemm_weights(w: np.ndarray, width: int | None = None) -> np.ndarray:
 
 
 def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math.inf, task: int = 0,
-              tasks: int = 1, lda: int | None = None) -> tuple[int, ...]:
+              tasks: int = 1, lda: int | None = None, residual: bool = False) -> tuple[int, ...]:
     """The dims of one ``md_gemm`` call (see :data:`GEMM_DIMS`; ``lda`` defaults to ``k``).
 
     Example:
@@ -464,7 +465,7 @@ def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math
         (8, 512, 784)
     """
     values = {"m": m, "n": n, "k": k, "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks,
-              "lda": k if lda is None else lda}
+              "lda": k if lda is None else lda, "has_res": int(residual)}
     return tuple(values[d] for d in GEMM_DIMS)
 
 
@@ -509,11 +510,17 @@ def _gemm(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_gemm")
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(GEMM_DIMS)}
+    null = ir.Constant(PTR, None)
+    pre = b.block
+    with b.if_then(b.icmp_signed("!=", d["has_res"], I64(0))):  # (a fifth arg only where there is one)
+        given, inside = _arg(b, args, 4, PTR), b.block
+    res = b.phi(PTR)
+    res.add_incoming(null, pre)
+    res.add_incoming(given, inside)
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
     m, n, k, lda = d["m"], d["n"], d["k"], d["lda"]
     panels = b.sdiv(b.add(n, I64(pw - 1)), I64(pw))
     first, last = _share(b, panels, d)
-    null = ir.Constant(PTR, None)
 
     def panel(q: ir.Value) -> None:
         j0 = b.mul(q, I64(pw))
@@ -525,9 +532,10 @@ def _gemm(module: ir.Module) -> None:
 
         def rows_from(r0: ir.Value, mr: int) -> None:
             ahead = _ahead(b, following, b.sdiv(r0, I64(sizes[0])), k, pw) if mr >= AHEAD_ROWS else ()
-            b.call(tiles[mr], [wq, I64(pw), _elem(b, x, b.mul(r0, lda)), lda, I64(1), k,
-                               _elem(b, y, b.add(b.mul(r0, n), j0)), n, null, _elem(b, bias, j0), I64(mr), cols,
-                               lo, hi, *ahead])
+            at = b.add(b.mul(r0, n), j0)
+            b.call(tiles[mr], [wq, I64(pw), _elem(b, x, b.mul(r0, lda)), lda, I64(1), k, _elem(b, y, at), n,
+                               b.select(b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0)), _elem(b, res, at), null),
+                               _elem(b, bias, j0), I64(mr), cols, lo, hi, *ahead])
 
         _row_tiles(b, m, sizes, rows_from)
 

@@ -168,10 +168,21 @@ def _tile(module: ir.Module, name: str, mr: int, column_bias: bool, transposed: 
             out = [b.fadd(final[r][h], beta[h]) for h in range(per)]
 
             def plus_residual() -> None:  # a residual is read only where there is one
-                for h in range(per):
-                    at = b.add(offset, I64(lanes * h))
-                    total = b.fadd(out[h], b.load(_elem(b, res, at), typ=vector, align=4))
-                    b.store(_bounded(b, total, low, high), _elem(b, y, at), align=4)
+                with b.if_else(whole) as (full, part):
+                    with full:
+                        for h in range(per):
+                            at = b.add(offset, I64(lanes * h))
+                            total = b.fadd(out[h], b.load(_elem(b, res, at), typ=vector, align=4))
+                            b.store(_bounded(b, total, low, high), _elem(b, y, at), align=4)
+                    with part:  # a last, narrower block of columns: the residual's row through the stack too
+                        size = b.mul(cols, I64(4))
+                        for h in range(per):
+                            b.store(zero, b.gep(spill, [I64(h)]), align=4)
+                        b.call(memcpy, [b.bitcast(spill, PTR), _elem(b, res, offset), size, ir.IntType(1)(0)])
+                        for h in range(per):
+                            total = b.fadd(out[h], b.load(b.gep(spill, [I64(h)]), typ=vector, align=4))
+                            b.store(_bounded(b, total, low, high), b.gep(spill, [I64(h)]), align=4)
+                        b.call(memcpy, [_elem(b, y, offset), b.bitcast(spill, PTR), size, ir.IntType(1)(0)])
 
             def alone() -> None:
                 with b.if_else(whole) as (full, part):

@@ -104,25 +104,50 @@ def bias_form(nodes: Sequence[Node], y: Value, out: Value, known: Mapping[int, n
     """``(bias, lo, hi)`` when ``nodes`` compute ``out = clip(y (+ bias), lo, hi)`` from ``y``,
     the bias a constant per column (an ``Add`` of a ``[n]`` or ``[1, n]`` constant: a constant
     value, or one whose ``id`` ``known`` maps to its value), else None."""
+    found = residual_form(nodes, y, out, known)
+    return None if found is None or found[1] is not None else (found[0], found[2], found[3])
+
+
+def residual_form(nodes: Sequence[Node], y: Value, out: Value, known: Mapping[int, np.ndarray | None] | None = None
+                  ) -> tuple[np.ndarray | None, Value | None, float, float] | None:
+    """``(bias, residual, lo, hi)`` when ``nodes`` compute ``out = clip(y (+ bias) (+ residual),
+    lo, hi)`` from ``y`` (the bias as in :func:`bias_form`; the residual an ``Add`` of a value of
+    ``y``'s shape and dtype, a transformer's skip connection), else None."""
     ops, bias, current = list(nodes), None, y
-    if ops and ops[0].op == "Add":
-        a, b = ops[0].inputs
-        other = b if a is current else a if b is current else None
-        const = None if other is None else other.const if other.const is not None else (known or {}).get(id(other))
+    const = _const_operand(ops[0], current, known) if ops and ops[0].op == "Add" else None
+    if const is not None:
         n = current.type.shape[-1] if current.type is not None and current.type.shape else None
-        if const is None or not isinstance(n, int) or np.size(const) not in (1, n) or np.ndim(const) > 2 \
+        if not isinstance(n, int) or np.size(const) not in (1, n) or np.ndim(const) > 2 \
                 or (np.ndim(const) == 2 and np.shape(const)[0] != 1):
             return None
         bias = np.broadcast_to(np.asarray(const, np.float32).reshape(-1), (n,)).copy()
         current, ops = ops[0].outputs[0], ops[1:]
+    residual = None
+    if ops and ops[0].op == "Add":
+        a, b = ops[0].inputs
+        other = b if a is current else a if b is current else None
+        if other is None or other is current or _const_operand(ops[0], current, known) is not None \
+                or other.type is None or current.type is None or other.type.shape != current.type.shape \
+                or other.type.dtype != current.type.dtype:
+            return None
+        residual, current, ops = other, ops[0].outputs[0], ops[1:]
     found = activation_form(ops, current, out)
-    return None if found is None else (bias, *found)
+    return None if found is None else (bias, residual, *found)
+
+
+def _const_operand(node: Node, current: Value, known: Mapping[int, np.ndarray | None] | None) -> Any:
+    """The constant value of ``node``'s operand other than ``current`` (None: not a constant)."""
+    a, b = node.inputs
+    other = b if a is current else a if b is current else None
+    return None if other is None else other.const if other.const is not None else (known or {}).get(id(other))
 
 
 def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds: tuple[float, float],
-                  otherwise: Lowering) -> Lowering:
-    """``clip(x @ weight + bias, bounds)`` as one ``md_gemm`` call writing ``out`` where it
-    measures faster than ``otherwise`` (OpenBLAS and the epilogue's pass), else ``otherwise``."""
+                  otherwise: Lowering, residual: Arg | None = None) -> Lowering:
+    """``clip(x @ weight + bias (+ residual), bounds)`` as one ``md_gemm`` call writing ``out``
+    where it measures faster than ``otherwise`` (OpenBLAS and the epilogue's pass), else
+    ``otherwise``."""
+    has_res = residual is not None
     packed: list[np.ndarray] = []
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
@@ -134,11 +159,10 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         m = math.prod(sx[:-1])
         if PREFER is None and (m > MAX_ROWS or m * n * k < MIN_WORK):
             return otherwise(inputs, outputs, symbols)
-        choice = PREFER or known_choice(_choice_key(m, n, k, bounds), (OWN, BLAS))
-        if choice == BLAS:  # decided before (here, or stored in the cache): nothing to pack
-            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
-        if (choice or _measured(m, n, k, bounds)) != OWN:
-            return _sgemm_with_bias(weight, bias, x, out, m, bounds) or otherwise(inputs, outputs, symbols)
+        choice = PREFER or known_choice(_choice_key(m, n, k, bounds, has_res), (OWN, BLAS))
+        if (choice or _measured(m, n, k, bounds, has_res)) != OWN:  # (decided before: nothing to pack)
+            fallback = None if has_res else _sgemm_with_bias(weight, bias, x, out, m, bounds)
+            return fallback or otherwise(inputs, outputs, symbols)
         if not packed:  # packed for our kernel only once it has won
             packed.append(pack_gemm_weights(weight))
             padded = np.zeros(packed[0].shape[0] * packed[0].shape[2], np.float32)
@@ -150,14 +174,16 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         def tasks(count: int) -> list[tuple[int, ...]] | None:
             if count < 2 or m * n * k < 1 << 18 or panels < count:
                 return None
-            return [gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=count, lda=lda)
+            return [gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=count, lda=lda, residual=has_res)
                     for t in range(count)]
 
-        fused = " + epilogue" if bounds != (-math.inf, math.inf) or bias.any() else ""
+        fused = " + epilogue" if bounds != (-math.inf, math.inf) or bias.any() or has_res else ""
         rows, scratch = (x, ()) if lda == k else (Arg("scratch", 0), (4 * m * lda,))
         call = Call(native_function("md_gemm"), (rows, Arg("addr", packed[0].ctypes.data),
-                                                 Arg("addr", packed[1].ctypes.data), out),
-                    gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], lda=lda), "gemm own kernel" + fused, tasks)
+                                                 Arg("addr", packed[1].ctypes.data), out,
+                                                 *((residual,) if residual is not None else ())),
+                    gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], lda=lda, residual=has_res),
+                    "gemm own kernel" + fused, tasks)
         if lda == k:
             return NativeStep((call,), (), tuple(packed))
         restride = Call(native_function("md_copy_rows"), (x, rows), (m, 4 * k, 4 * k, 4 * lda),
@@ -186,15 +212,15 @@ def _sgemm_with_bias(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, m: 
     return NativeStep((call,), (), (w, b))
 
 
-def _choice_key(m: int, n: int, k: int, bounds: tuple[float, float]) -> tuple[Any, ...]:
-    return ("gemm", m, n, k, *bounds)
+def _choice_key(m: int, n: int, k: int, bounds: tuple[float, float], residual: bool = False) -> tuple[Any, ...]:
+    return ("gemm", m, n, k, *bounds, *(("residual",) if residual else ()))
 
 
-def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
+def _measured(m: int, n: int, k: int, bounds: tuple[float, float], residual: bool = False) -> str:
     """Ours (epilogue included) or OpenBLAS (the bias written first, sgemm, and for an
-    activation one more pass over the output, timed as a copy), measured once per shape, on
-    weights of ones in either layout (so the loser's weights are never packed)."""
-    key = _choice_key(m, n, k, bounds)
+    activation or a residual one more pass over the output, timed as a copy), measured once per
+    shape, on weights of ones in either layout (so the loser's weights are never packed)."""
+    key = _choice_key(m, n, k, bounds, residual)
     width, lda = gemm_panel(), gemm_lda(k)
     panels = -(-n // width)
     x = np.zeros((m, k), np.float32)
@@ -204,8 +230,8 @@ def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
     w, packed = np.ones((k, n), np.float32), np.ones((panels, k, width), np.float32)
     bias = np.ones(panels * width, np.float32)
     product = timed_call(native_function("md_gemm"), [rows.ctypes.data, packed.ctypes.data, bias.ctypes.data,
-                                                      y.ctypes.data], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1],
-                                                                                lda=lda))
+                                                      y.ctypes.data, z.ctypes.data],
+                         gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], lda=lda, residual=residual))
     restride = timed_call(native_function("md_copy_rows"), [x.ctypes.data, rows.ctypes.data],
                           (m, 4 * k, 4 * k, 4 * lda))
     own = product if lda == k else lambda: (restride(), product())
@@ -214,14 +240,16 @@ def _measured(m: int, n: int, k: int, bounds: tuple[float, float]) -> str:
                                                      blas.cblas_address("sgemv")],
                        sgemm_dims(1, m, n, k, bias=(0, 1)))
     epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, z.ctypes.data], (y.nbytes,))
-    activation = bounds != (-math.inf, math.inf)
-    return measured_choice(key, {OWN: own, BLAS: (lambda: (sgemm(), epilogue())) if activation else sgemm})[0]
+    pass_after = residual or bounds != (-math.inf, math.inf)
+    return measured_choice(key, {OWN: own, BLAS: (lambda: (sgemm(), epilogue())) if pass_after else sgemm})[0]
 
 
 def product_lowering(node: Node, consts: Sequence[np.ndarray | None], x: Arg, out: Arg,
-                     epilogue: tuple[np.ndarray | None, float, float] | None, otherwise: Lowering) -> Lowering:
-    """A MatMul/Gemm node (with its group's ``epilogue``: bias, bounds) through ``md_gemm``
-    where that can be, else ``otherwise`` unchanged."""
+                     epilogue: tuple[np.ndarray | None, float, float] | None, otherwise: Lowering,
+                     residual: Arg | None = None) -> Lowering:
+    """A MatMul/Gemm node (with its group's ``epilogue``: bias, bounds, and ``residual``, a
+    tensor of the output's shape added before the bounds) through ``md_gemm`` where that can
+    be, else ``otherwise`` unchanged."""
     weight = weights_of(node, consts)
     if weight is None or x is NULL:
         return otherwise
@@ -231,7 +259,8 @@ def product_lowering(node: Node, consts: Sequence[np.ndarray | None], x: Arg, ou
         return otherwise
     extra, lo, hi = epilogue if epilogue is not None else (None, -math.inf, math.inf)
     total = bias if extra is None else bias + extra
-    return gemm_lowering(weight, total, x, out, (lo, hi), otherwise)
+    return gemm_lowering(weight, total, x, out, (lo, hi), otherwise, residual)
 
 
-__all__ = ["BLAS", "OWN", "bias_form", "gemm_bias", "gemm_lowering", "product_lowering", "weights_of"]
+__all__ = ["BLAS", "OWN", "bias_form", "gemm_bias", "gemm_lowering", "product_lowering", "residual_form",
+           "weights_of"]

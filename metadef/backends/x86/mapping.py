@@ -377,7 +377,7 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
     group's output (``otherwise`` where that does not pay), else None: a conv whose epilogue is
     ``act(y + residual)`` (``act``: Relu, Clip or nothing) anchored by a pointwise conv
     (``md_conv1x1``) or a 3x3 depthwise conv without residual (``md_depthwise``); a product
-    with constant weights whose epilogue is ``act(y + bias)`` (``md_gemm``)."""
+    with constant weights whose epilogue is ``act(y + bias (+ residual))`` (``md_gemm``)."""
     anchor, body = split.anchor, split.body
     if body is None or split.anchor_positions or len(split.epilogue_positions) != 1:
         return None
@@ -385,11 +385,16 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
         # the body's inputs past the anchor's output are the Fused node's inputs: their values
         known = {id(v): node.inputs[pos].const for v, pos in zip(body.inputs[1:], split.input_positions)
                  if node.inputs[pos] is not None}
-        products = gemm.bias_form(body.nodes, body.inputs[0], body.outputs[0], known)
-        if products is None:
+        found = gemm.residual_form(body.nodes, body.inputs[0], body.outputs[0], known)
+        if found is None:
             return None
+        extra, value, lo, hi = found
+        at = None if value is None else next((i for i, v in enumerate(body.inputs) if v is value), None)
+        if value is not None and not at:  # (the residual must be one of the group's inputs)
+            return None
+        residual = None if at is None else Arg("in", split.input_positions[at - 1])
         lowered = gemm.product_lowering(anchor, consts, sources[0], Arg("out", split.epilogue_positions[0]),
-                                        products, otherwise)
+                                        (extra, lo, hi), otherwise, residual)
         return None if lowered is otherwise else lowered
     if anchor.op != "Conv":
         return None

@@ -441,6 +441,54 @@ def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("m", "n", "tasks"), [(27, 40, 1), (13, 70, 2), (128, 64, 2), (1, 6, 1)])
+def test_gemm_adds_a_residual_and_writes_no_column_past_its_rows(m: int, n: int, tasks: int) -> None:
+    """A residual added before the bounds; a last panel narrower than the tile (40 = 32 + 8,
+    70 = 2 x 32 + 6) goes through the stack: the output ends at a guard page."""
+    k, bounds = 33, (-1.0, 1.5)
+    x = RNG.standard_normal((m, k), dtype=np.float32)
+    w = RNG.standard_normal((k, n), dtype=np.float32)
+    packed = pack_gemm_weights(w)
+    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
+    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
+    res, release_res = _guarded((m, n), at_end=True)
+    res[...] = RNG.standard_normal((m, n), dtype=np.float32)
+    y, release_y = _guarded((m, n), at_end=True)
+    try:
+        y[...] = np.nan
+        for t in range(tasks):
+            _call("md_gemm", [x, packed, bias, y, res],
+                  gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks, residual=True))
+        want = np.clip(x.astype(np.float64) @ w + bias[:n] + res, *bounds)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    finally:
+        release_res()
+        release_y()
+
+
+def test_a_product_with_a_skip_connection_adds_it_in_its_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MatMul + bias + residual`` (a transformer's output projection) is one ``md_gemm`` call
+    with the residual added before the store: no epilogue pass."""
+    from metadef.backends.x86 import gemm
+    monkeypatch.setattr(gemm, "PREFER", gemm.OWN)
+    g = GraphBuilder("skip")
+    x = g.input("x", parse_type("f32[n,s,64]"))
+    r = g.input("r", parse_type("f32[n,s,40]"))
+    h, = g.node("MatMul", [x, g.const("w", RNG.standard_normal((64, 40), dtype=np.float32) / 8)])
+    h, = g.node("Add", [h, g.const("b", RNG.standard_normal(40, dtype=np.float32))])
+    y, = g.node("Add", [h, r])
+    g.output(y)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
+    for n, s in ((1, 7), (3, 16)):
+        feeds = {"x": RNG.standard_normal((n, s, 64), dtype=np.float32),
+                 "r": RNG.standard_normal((n, s, 40), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        np.testing.assert_allclose(got[graph.outputs[0].name], want[graph.outputs[0].name], rtol=1e-4, atol=1e-4)
+        kinds = exe.executable.programs.bound({"n": n, "s": s}).call_kinds
+        assert kinds == {"gemm own kernel + epilogue": 1}, kinds
+
+
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_gemm_reads_rows_at_a_padded_stride(tasks: int) -> None:
     m, n, k = 25, 40, 1024
