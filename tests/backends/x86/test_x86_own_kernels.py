@@ -779,6 +779,23 @@ for m, n, k in [(27, 40, 131), (8, 512, 78), (1, 17, 33)]:
     y = np.full((m, n), np.nan, np.float32)
     call("md_gemm", [x, packed, np.zeros(packed.shape[0] * packed.shape[2], np.float32), y], g.gemm_dims(m, n, k))
     errors[f"gemm {m}x{n}x{k}"] = float(np.abs(y - x.astype(np.float64) @ w).max())
+res = rng.standard_normal((27, 40), dtype=np.float32)  # a residual, a last panel of 8 columns
+y = np.full((27, 40), np.nan, np.float32)
+call("md_gemm", [x := rng.standard_normal((27, 131), dtype=np.float32), g.pack_gemm_weights(w := rng.standard_normal(
+    (131, 40), dtype=np.float32)), np.zeros(48, np.float32), y, res], g.gemm_dims(27, 40, 131, residual=True))
+errors["gemm + residual"] = float(np.abs(y - x.astype(np.float64) @ w - res).max())
+from metadef.codegen.native_direct import direct_dims, direct_slack
+xp = np.zeros(2 * 5 * 11 * 13 + direct_slack(2), np.float32)
+xp[:2 * 5 * 11 * 13] = rng.standard_normal(2 * 5 * 11 * 13, dtype=np.float32)
+wd = rng.standard_normal((19, 5, 3, 3), dtype=np.float32)
+packed = g.pack_rows(wd.reshape(19, -1), g.gemm_panel())
+y = np.full((2, 19, 5, 6), np.nan, np.float32)
+call("md_conv_direct", [xp, packed, np.zeros(packed.shape[0] * 16, np.float32), None, y],
+     direct_dims(2, 5, 19, (11, 13), (5, 6), (3, 3), 2))
+xv = xp[:2 * 5 * 11 * 13].reshape(2, 5, 11, 13).astype(np.float64)
+want = sum(np.einsum("ncij,oc->noij", xv[:, :, ky:ky + 9:2, kx:kx + 11:2], wd[:, :, ky, kx]) for ky in range(3)
+           for kx in range(3))
+errors["direct conv 3x3 stride 2"] = float(np.abs(y - want).max())
 for cin, cout, p in [(33, 17, 40), (16, 96, 300)]:
     x, w = rng.standard_normal((1, cin, p), dtype=np.float32), rng.standard_normal((cout, cin), dtype=np.float32)
     y = np.full((1, cout, p), np.nan, np.float32)
@@ -817,7 +834,7 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     assert got["rows"] == 6 and got["tiles"] == [6, 4, 2, 1] and got["panel"] == got["width"] == 16
     assert got["lanes"] == 8
     assert all(error < 1e-3 for error in got["errors"].values()), got["errors"]
-    assert len(got["errors"]) == 9
+    assert len(got["errors"]) == 11
 
 
 def test_a_handicap_keeps_a_candidate_that_only_ties_from_winning() -> None:
