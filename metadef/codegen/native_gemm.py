@@ -18,7 +18,7 @@ pass over the output as a separate epilogue kernel would make. A last partial bl
 pixels is computed as the block ending at ``p`` (overlapping the previous one, which writes
 the same values), so ``p >=`` :func:`conv1x1_width` is required.
 
-``md_gemm`` computes ``y = clip(x W + bias, lo, hi)`` for ``x [m, k]`` and constant ``W [k, n]``
+``md_gemm`` computes ``y = clip(x W + bias (+ res), lo, hi)`` for ``x [m, k]`` and constant ``W [k, n]``
 packed in panels of ``width`` = :func:`gemm_panel` columns (``[ceil(n/width), k, width]``,
 :func:`pack_gemm_weights`): each panel stays in cache while the rows of ``x`` pass in tiles of
 :func:`gemm_row_tiles` rows, the last ones in the smaller tiles. With AVX-512 the tile is 12

@@ -4,8 +4,10 @@ A float32 ``MatMul`` or ``Gemm`` (no ``transA``, ``alpha`` 1) whose weights are 
 runs as one ``md_gemm`` call (:mod:`metadef.codegen.native_gemm`) when it measures faster than
 OpenBLAS on the binding's shapes: the weights packed once in panels of
 :func:`~metadef.codegen.native_gemm.gemm_panel` columns (32 with AVX-512, else 16), and the group's
-epilogue, when it is ``act(y + bias)`` (a constant bias per column, from Gemm's ``C`` or an
-``Add``; ``act``: Relu or Clip with constant bounds, or nothing), applied before the store.
+epilogue, when it is ``act(y + bias (+ residual))`` (a constant bias per column, from Gemm's
+``C`` or an ``Add``; a residual: an ``Add`` of a tensor of the output's shape, a transformer's
+skip connection; ``act``: Relu or Clip with constant bounds, or nothing), applied before the
+store.
 Where it wins: few rows (a batch-8 linear layer: ~1.7x OpenBLAS's sgemm here), where
 OpenBLAS's packing costs more than the product, and BERT's 128-row products (4-8 % faster); it
 is tried up to :data:`MAX_ROWS` rows. Where ``k`` is a multiple of 1024 (BERT's ``3072``), the
