@@ -22,6 +22,7 @@ list of arrays for a sequence input and ``None`` for an absent optional, and ret
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -81,11 +82,11 @@ class Session:
         """Which inputs and outputs are sequences or optionals (None: tensors only)."""
         self._checked: dict[tuple[tuple[tuple[int, ...], np.dtype], ...], dict[str, int]] = {}
 
-    def _check(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    def _check(self, feeds: Mapping[str, Any]) -> tuple[Mapping[str, np.ndarray], dict[str, int]]:
         key = self._key(feeds)
         symbols = self._checked.get(key) if key is not None else None
         if symbols is not None:  # these exact shapes and dtypes passed the checks before
-            return {s.name: feeds[s.name] for s in self.inputs}, dict(symbols)
+            return feeds, dict(symbols)  # (feeds holds exactly the inputs: the key says so)
         arrays, symbols = self._check_all(feeds)
         if key is not None:
             if len(self._checked) >= CHECKED_SHAPES:
@@ -94,16 +95,23 @@ class Session:
         return arrays, symbols
 
     def _key(self, feeds: Mapping[str, Any]) -> tuple[tuple[tuple[int, ...], np.dtype], ...] | None:
-        """The inputs' shapes and dtypes, when every feed is an array of this model's inputs."""
-        if len(feeds) != len(self.inputs):
+        """The inputs' shapes and dtypes, when every feed is an array of this model's inputs
+        (none of them strings: those are checked element by element on every run)."""
+        names = self._plain_names
+        if names is None or len(feeds) != len(names):
             return None
         key = []
-        for spec in self.inputs:
-            arr = feeds.get(spec.name)
-            if type(arr) is not np.ndarray or spec.dtype.is_string:
-                return None  # (string inputs are checked element by element on every run)
+        for name in names:
+            arr = feeds.get(name)
+            if type(arr) is not np.ndarray:
+                return None
             key.append((arr.shape, arr.dtype))
         return tuple(key)
+
+    @functools.cached_property
+    def _plain_names(self) -> tuple[str, ...] | None:
+        """The inputs' names, or None where one is a string input."""
+        return None if any(spec.dtype.is_string for spec in self.inputs) else tuple(s.name for s in self.inputs)
 
     def _check_all(self, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         known = {s.name for s in self.inputs}

@@ -536,7 +536,8 @@ class ProgramPool:
         depend on values."""
         if threads is None:
             threads = current_threads() if self.exe.threads is None else self.exe.threads
-        key = (tuple(sorted(symbols.items())), threads)
+        items = tuple(symbols.items())  # (sorted only where there are several: a run's dispatch counts)
+        key = (items if len(items) < 2 else tuple(sorted(items)), threads)
         free = self._free.get(key)
         if free:
             try:
