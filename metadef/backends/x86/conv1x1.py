@@ -84,6 +84,16 @@ a model, each input coming from L3 or memory, the chunks read it once where ``OW
 the weights once a block: ResNet-50's layer1 conv3 at batch 8, one thread, 13.3 ms a conv
 with ``OWN``, 9.2 with ``OWN_C`` (`Session.profile`, every product forced one way)."""
 
+SMALL_IMAGE = 256
+SMALL_IMAGE_HANDICAP = 1.10
+"""On images of fewer than :data:`SMALL_IMAGE` pixels the column walks (``OWN``, ``OWN_C``)
+win a race only this much faster (on top of ``OWN``'s own handicap): their blocks overlap
+(196 = 6 x 32 + 4 pixels: 224 computed) and read each channel's short row a few lines at a
+time, and in a model, the input out of cache, they lost to pixels as rows by 15-18 % where
+they had tied in the race (ResNet-50's layer3 conv3, 256 -> 1024 channels at 14x14, with
+every product forced one way: b8t1 4.97-5.54 against 4.22 ms, b1t1 0.69-0.72 against 0.58;
+the race had picked either, process by process)."""
+
 PREFER: str | None = None
 """Set to ``OWN``, ``OWN_T`` or ``BLAS`` to take that path for every product with conv weights
 without measuring (tests; benchmarks that compare them)."""
@@ -193,18 +203,20 @@ class WeightProduct:
         transformed weights, a second copy of each product's: ResNet-50's took 90 MB)."""
         self.weight = None
 
-    def choice(self, p: int, bands: Sequence[int] = ()) -> str:
+    def choice(self, p: int, bands: Sequence[int] = (), fresh: bool = False) -> str:
         """``OWN``, ``OWN_C``, ``OWN_T`` or ``BLAS`` for images of ``p`` pixels, measured once
         per shape (on arrays filled with ones: pages of zeros that were never written all map
         one shared page, which would make every read a cache hit). ``bands``: the pixels of
         each band of columns ``md_conv1x1`` would take in turn (an im2col done in bands of
-        output rows): it is timed that way, a band's columns in cache."""
+        output rows): it is timed that way, a band's columns in cache. ``fresh``: the input is
+        written just before, in cache (Winograd's tiles): no :data:`SMALL_IMAGE_HANDICAP`."""
         if PREFER is not None:  # (md_conv1x1 needs a block of pixels; md_conv1x1t a bias it can read)
             own = p >= conv1x1_width()
             possible = self.rows_possible if PREFER == OWN_T else own if PREFER in ORDERS else True
             return PREFER if possible else BLAS
         cout, depth = self.cout, self.depth
-        key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()))
+        key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()),
+               *(("fresh",) if fresh else ()))
         # (channels outer also wins without a residual where few input channels make many
         # outputs: MobileNetV2's 16 -> 96 over 112x112, 0.55 -> 0.43 ms on one core)
         columns = (OWN, OWN_C) if p >= MIN_PIXELS else ()
@@ -214,7 +226,8 @@ class WeightProduct:
             return known
         candidates, _arrays = self.timers(p, bands)
         assert sorted(candidates) == sorted(names)
-        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP})[0]
+        small = SMALL_IMAGE_HANDICAP if p < SMALL_IMAGE and not fresh else 1.0
+        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP * small, OWN_C: small})[0]
 
     def timers(self, p: int, bands: Sequence[int] = ()) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
         """One run of each way :meth:`choice` races for images of ``p`` pixels (``bands``: as

@@ -206,7 +206,8 @@ def _product_timer(c: int, k: int, tiles: int, count: int) -> Callable[[], None]
     kind :meth:`WeightProduct.choice` takes, timed as it times it), on arrays of ones."""
     product = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf))
     candidates, arrays = product.timers(tiles)
-    once = candidates.get(product.choice(tiles), candidates[BLAS])  # (a kind forced from outside may not race)
+    # (a kind forced from outside may not race)
+    once = candidates.get(product.choice(tiles, fresh=True), candidates[BLAS])
 
     def run(arrays: tuple[Any, ...] = arrays) -> None:  # (the arrays live as long as the timer)
         for _ in range(count):
@@ -257,7 +258,7 @@ def _winograd_calls(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[i
     products = {"strides": (k * c, plan.v_stride, plan.m_stride)}
     scratch = Arg("scratch", 0)
     what = f"conv2d winograd F({m}x{m},3x3) (measured: {timings})"
-    kind = per_product[0].choice(group * tiles)
+    kind = per_product[0].choice(group * tiles, fresh=True)
     calls: list[Call] = []
     work = 0
     one = (group, c, h, w, k, oh, ow, begin[0], begin[1], int(has_bias), *bound_bits(bounds))

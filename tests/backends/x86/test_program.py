@@ -307,7 +307,7 @@ def test_winograd_bindings_built_in_several_threads_at_once(monkeypatch: pytest.
     monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
     monkeypatch.setattr(winograd, "measured_choice", lambda key, candidates: ("winograd4", "forced by the test"))
     kinds = {1: conv1x1.OWN_T, 2: conv1x1.OWN, 3: conv1x1.BLAS, 4: conv1x1.OWN_C}
-    monkeypatch.setattr(conv1x1.WeightProduct, "choice", lambda self, p, bands=(): kinds[p // 16])
+    monkeypatch.setattr(conv1x1.WeightProduct, "choice", lambda self, p, bands=(), fresh=False: kinds[p // 16])
     g = _graph("""graph g(%x: f32[n,8,16,16]) -> (%y) {
       %w: f32[24,8,3,3] = const
       %y: f32[n,24,16,16] = Conv(%x, %w) {pads=[1,1,1,1]} @conv

@@ -837,6 +837,26 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     assert len(got["errors"]) == 11
 
 
+def test_the_column_walks_carry_a_handicap_on_small_images_unless_their_input_is_fresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[Any, dict[str, float]]] = []
+
+    def record(key: Any, candidates: Any, handicaps: dict[str, float]) -> tuple[str, str]:
+        seen.append((key, handicaps))
+        return conv1x1.OWN_T, "recorded by the test"
+    monkeypatch.setattr(conv1x1, "measured_choice", record)
+    monkeypatch.setattr(conv1x1, "known_choice", lambda key, names: None)
+    product = conv1x1.WeightProduct(RNG.standard_normal((64, 32), dtype=np.float32), None, conv1x1.NULL, False,
+                                    (-math.inf, math.inf))
+    for p, fresh in ((196, False), (196, True), (3136, False)):
+        assert product.choice(p, fresh=fresh) == conv1x1.OWN_T
+    small, fresh, large = (handicaps for _, handicaps in seen)
+    assert small[conv1x1.OWN_C] == conv1x1.SMALL_IMAGE_HANDICAP > 1.0
+    assert small[conv1x1.OWN] == pytest.approx(conv1x1.PIXELS_OUTER_HANDICAP * conv1x1.SMALL_IMAGE_HANDICAP)
+    assert fresh[conv1x1.OWN_C] == large[conv1x1.OWN_C] == 1.0
+    assert seen[0][0] != seen[1][0]  # (a fresh input's choice is kept apart from the image's)
+
+
 def test_a_handicap_keeps_a_candidate_that_only_ties_from_winning() -> None:
     # (md_conv1x1's pixel blocks outer ties its chunks in a race, data in cache, and loses in a model)
     from metadef.backends.x86.native import remember_choice
