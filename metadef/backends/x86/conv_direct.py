@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,27 @@ def _padded(sx: Shape, kernel: tuple[int, ...], stride: int, begin: list[int], o
             max(w + begin[1], (out_hw[1] - 1) * stride + kernel[1]))
 
 
+def pad_call(x: Arg, out: Arg, planes: int, hw: tuple[int, int], begin: Sequence[int],
+             padded_hw: tuple[int, int], what: str, split: bool = True) -> Call:
+    """``md_pad2d`` of ``planes`` planes of ``hw`` into ``padded_hw`` ones (``begin``: the pads
+    before each axis), split over the planes across threads where ``split`` and it pays.
+
+    Example:
+        >>> pad_call(Arg("in", 0), Arg("scratch", 0), 3, (4, 4), (1, 1), (6, 6), "pad").dims[:3]
+        (3, 4, 4)
+    """
+    values = {"planes": planes, "h": hw[0], "w": hw[1], "pt": begin[0], "pl": begin[1], "hp": padded_hw[0],
+              "wp": padded_hw[1], "task": 0, "tasks": 1}
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or planes < count or planes * padded_hw[0] * padded_hw[1] < PARALLEL_ELEMENTS:
+            return None
+        return [tuple({**values, "task": t, "tasks": count}[d] for d in PAD2D_DIMS) for t in range(count)]
+
+    return Call(native_function("md_pad2d"), (x, out), tuple(values[d] for d in PAD2D_DIMS), what,
+                tasks if split else None)
+
+
 def direct_step(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win: Any, begin: list[int],
                 out_hw: tuple[int, int], x: Arg, residual: Arg | None, out: Arg, im2col_kind: str,
                 im2col_call: Callable[[np.ndarray, np.ndarray], Callable[[], None]]) -> NativeStep | None:
@@ -92,13 +113,6 @@ def direct_step(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win:
     packed, zeros = product.packed(OWN_T)
     bias = product.bias_arg if product.bias_arg is not NULL and cout % gemm_panel() == 0 \
         else Arg("addr", zeros.ctypes.data)
-    pad = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp, "task": 0, "tasks": 1}
-
-    def pad_tasks(count: int) -> list[tuple[int, ...]] | None:
-        if count < 2 or n * c < count or n * c * hp * wp < PARALLEL_ELEMENTS:
-            return None
-        return [tuple({**pad, "task": t, "tasks": count}[d] for d in PAD2D_DIMS) for t in range(count)]
-
     units = n * -(-cout // gemm_panel()) * -(-out_hw[0] // direct_band(c, wp, kernel[0], stride, out_hw[0]))
 
     def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -112,21 +126,18 @@ def direct_step(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], win:
     threads = max(1, binding_threads())
     if n > 1 and n >= threads:  # each image padded, then convolved, on one thread; images side by side
         one = 4 * (c * hp * wp + direct_slack(stride))
-        image = {**pad, "planes": c}
         calls = []
         for i in range(n):
             j, at = i % threads, 4 * i * cout * out_hw[0] * out_hw[1]
             buffer = Arg("scratch", 0).at(j * one)
             calls.append(sequence([
-                Call(native_function("md_pad2d"), (x.at(4 * i * c * h * w), buffer),
-                     tuple(image[d] for d in PAD2D_DIMS), "conv2d pad"),
+                pad_call(x.at(4 * i * c * h * w), buffer, c, (h, w), begin, (hp, wp), "conv2d pad", split=False),
                 Call(native_function("md_conv_direct"), (buffer, weights, bias, res.at(at), out.at(at)),
                      direct_dims(1, c, cout, (hp, wp), out_hw, kernel[:2], stride, **dims),
                      "conv2d direct own kernel" + epilogue)], joins=j > 0))
         return NativeStep(tuple(calls), (threads * one,), product.keep())
     padded = Arg("scratch", 0)
-    calls = [Call(native_function("md_pad2d"), (x, padded), tuple(pad[d] for d in PAD2D_DIMS), "conv2d pad",
-                  pad_tasks),
+    calls = [pad_call(x, padded, n * c, (h, w), begin, (hp, wp), "conv2d pad"),
              Call(native_function("md_conv_direct"), (padded, weights, bias, res, out),
                   direct_dims(n, c, cout, (hp, wp), out_hw, kernel[:2], stride, **dims),
                   "conv2d direct own kernel" + epilogue, tasks)]
@@ -162,4 +173,4 @@ def _timers(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], stride: 
             IM2COL: lambda: (im2col(), product_run(), keep)}
 
 
-__all__ = ["DIRECT", "IM2COL", "ROUTINES", "direct_possible", "direct_step"]
+__all__ = ["DIRECT", "IM2COL", "ROUTINES", "direct_possible", "direct_step", "pad_call"]

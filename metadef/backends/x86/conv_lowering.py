@@ -21,7 +21,7 @@ import numpy as np
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.conv1x1 import BLAS, ORDERS, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.conv_direct import ROUTINES as DIRECT_ROUTINES
-from metadef.backends.x86.conv_direct import direct_step
+from metadef.backends.x86.conv_direct import direct_step, pad_call
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -48,7 +48,7 @@ from metadef.backends.x86.winograd import (
     winograd_possible,
     winograd_step,
 )
-from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, PAD2D_DIMS, native_function
+from metadef.codegen.native import CONV2D_DIMS, IM2COL_DIMS, native_function
 from metadef.codegen.native_gemm import conv1x1_width
 from metadef.ops.defs.nn_pool import window
 
@@ -342,16 +342,7 @@ def _depthwise(sx: Shape, sw: Shape, win: Any, begin: list[int], end: list[int],
     calls = []
     x = sources[0]
     if any(begin) or any(end):
-        values = {"planes": n * c, "h": h, "w": w, "pt": begin[0], "pl": begin[1], "hp": hp, "wp": wp,
-                  "task": 0, "tasks": 1}
-
-        def tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * c < count or n * c * hp * wp < PARALLEL_ELEMENTS:
-                return None
-            return [tuple({**values, "task": t, "tasks": count}[d] for d in PAD2D_DIMS) for t in range(count)]
-
-        calls.append(Call(native_function("md_pad2d"), (x, Arg("scratch", 0)),
-                          tuple(values[d] for d in PAD2D_DIMS), "pad2d", tasks))
+        calls.append(pad_call(x, Arg("scratch", 0), n * c, (h, w), begin, (hp, wp), "pad2d"))
         x = Arg("scratch", 0)
     ins = [padded, tuple(sw)] + ([(sw[0],)] if bias is not NULL else [])
     args = (x, sources[1], *([bias] if bias is not NULL else []),
