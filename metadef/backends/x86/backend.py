@@ -266,7 +266,9 @@ class X86Executable:
         step from Python instead."""
         inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
         if self.samples is not None and symbols.get(self.samples, 0) >= 2:  # a batch: maybe in pieces
-            way = self._pieces_of(inputs, symbols, outputs)
+            way, answered = self._pieces_of(inputs, symbols, outputs)
+            if answered is not None:  # (the first run's measurement wrote the outputs)
+                return answered
             if way is not None:
                 outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else None
                 return run_pieces(self, inputs, symbols, way, outs)
@@ -294,23 +296,24 @@ class X86Executable:
         return self._pieces.get((tuple(sorted(symbols.items())), threads))
 
     def _pieces_of(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
-                   outputs: Sequence[np.ndarray | None] | None) -> Pieces | None:
-        """The pieces this binding runs in (None: whole), chosen on its first run."""
+                   outputs: Sequence[np.ndarray | None] | None) -> tuple[Pieces | None, list[np.ndarray] | None]:
+        """The pieces this binding runs in (None: whole), chosen on its first run, and the
+        outputs when choosing them ran the graph on these inputs (else None)."""
         threads = current_threads() if self.threads is None else self.threads
         key = (tuple(sorted(symbols.items())), threads)
         if key in self._pieces:
-            return self._pieces[key]
+            return self._pieces[key], None
         outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else \
             [np.empty(shape, dtype) for shape, dtype in output_specs(self, symbols)]
         try:
-            way = choose_pieces(self, inputs, symbols, threads, outs)
+            way, measured = choose_pieces(self, inputs, symbols, threads, outs)
         except Unplannable:
-            way = None
+            way, measured = None, False
         with self._lock:
             if len(self._pieces) >= SHAPE_CACHE_SIZE:
                 self._pieces.clear()
             self._pieces[key] = way
-        return way
+        return way, (list(outs) if measured else None)
 
     def run_whole(self, inputs: list[np.ndarray], symbols: Mapping[str, int],
                   outputs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:

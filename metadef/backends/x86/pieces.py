@@ -12,16 +12,19 @@ that can beat running the batch whole:
   kernels not split at all (MobileNetV2 at batch 8 on 2 threads: pieces of one, two at a
   time, 76 ms against 109 for one after another and 119 whole, in one measurement).
 
-ResNet-50's weights (100 MB) outweigh its activations: it runs whole (one share per thread
-measured 619-729 ms against 669-720 whole at batch 8 on 2 threads, noise as large as the gain,
-for 2-3 s of measuring on the first run). BERT folds the batch into its products' rows
-(``[batch*seq, 768]``): not separable, whole.
+ResNet-50's weights (100 MB) outweigh its activations: one after another, pieces would read
+them once a piece, and at one thread it runs whole. With several threads, samples on the
+threads at once (no kernel split, no barrier between the threads, each core's caches holding
+its own sample) beat the whole batch split kernel by kernel: at batch 8 on 2 threads 283-305
+ms against 305-313 (Zen 4, ``bench/x86_pieces.py``, three runs). BERT folds the batch into its
+products' rows (``[batch*seq, 768]``): not separable, whole.
 
 The rule (:func:`split_rule`): only where the graph is separable along a symbol whose value is
-2 or more and the live-memory lower bound of the whole batch exceeds both :data:`CACHE_BYTES`
-(half this machine's L3) and :data:`WEIGHTS_FACTOR` times the weights' bytes. Then pieces of
-each size in :data:`PIECES` are candidates, one after another and (with several threads) on
-the threads at once. The candidates and the whole batch are timed on the call's own inputs,
+2 or more and the live-memory lower bound of the whole batch exceeds :data:`CACHE_BYTES` (half
+this machine's L3). Where it also exceeds :data:`WEIGHTS_FACTOR` times the weights' bytes,
+pieces of each size in :data:`PIECES` are candidates, one after another and (with several
+threads) on the threads at once; else, with several threads and at least as many samples,
+samples one a thread on the threads at once. The candidates and the whole batch are timed on the call's own inputs,
 once per binding and thread count (remembered in this process and in the compile cache's
 shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the
 rule declines, why; :meth:`~metadef.backends.x86.backend.X86Executable.pieces_for` tells it afterwards. A piece is a
@@ -81,25 +84,33 @@ def split_rule(exe: Any, symbols: Mapping[str, int], threads: int = 1) -> list[P
     weights = sum(int(np.asarray(data).nbytes) for _, data in exe.consts)
     if live > max(CACHE_BYTES, WEIGHTS_FACTOR * weights):
         return [Pieces(m, w) for w in dict.fromkeys((1, threads)) for m in PIECES if m < n]
+    if live > CACHE_BYTES and 1 < threads <= n:
+        if exe.debug:
+            log.debug("x86: %s at %s: its weights (%.1f MB) outweigh its intermediates (%.1f MB live): "
+                      "only samples on the threads at once are timed", exe.graph.name, dict(symbols),
+                      weights / 1e6, live / 1e6)
+        return [Pieces(1, threads)]
     if exe.debug:
         log.debug("x86: %s at %s runs whole: its intermediates (%.1f MB live) stay within %.0f MB or "
-                  "%dx the weights (%.1f MB)", exe.graph.name, dict(symbols), live / 1e6, CACHE_BYTES / 1e6,
-                  WEIGHTS_FACTOR, weights / 1e6)
+                  "%dx the weights (%.1f MB), on %d thread(s)", exe.graph.name, dict(symbols), live / 1e6,
+                  CACHE_BYTES / 1e6, WEIGHTS_FACTOR, weights / 1e6, threads)
     return []
 
 
 def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int], threads: int,
-                  outputs: Sequence[np.ndarray]) -> Pieces | None:
+                  outputs: Sequence[np.ndarray]) -> tuple[Pieces | None, bool]:
     """How this binding runs (None: the whole batch at once), measured on ``inputs`` into
     ``outputs`` the first time (each candidate once untimed, which prepares its programs,
     then :func:`~metadef.backends.x86.native.race`'s rounds: one round alone chose wrong
-    under foreign load)."""
+    under foreign load), and whether it was measured (``outputs`` then hold the answer: every
+    candidate writes all of them)."""
     ways = split_rule(exe, symbols, threads)
     if not ways:
-        return None
+        return None, False
     key = ("pieces", graph_hash(exe.graph, weights=False), tuple(sorted(symbols.items())), threads)
     names = [WHOLE, *map(str, ways)]
     winner = known_choice(key, names)
+    measured = winner is None
     if winner is None:
         candidates = {WHOLE: lambda: exe.run_whole(inputs, symbols, outputs)}
         for way in ways:
@@ -109,7 +120,7 @@ def choose_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, 
         winner = remember_choice(key, names, race(candidates))[0]
         if winner != WHOLE:  # its prepared programs hold a whole batch's arena: let them go
             exe.programs.forget(symbols)
-    return None if winner == WHOLE else Pieces.parse(winner)
+    return None if winner == WHOLE else Pieces.parse(winner), measured
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,34 @@ def test_a_binding_decides_once_by_measurement_and_compiles_nothing(cnn: tuple[m
     assert compile_count() == compiled
 
 
+def test_the_measuring_first_run_answers_into_the_callers_buffers(cnn: tuple[md.Graph, Session],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    g, sess = cnn
+    exe = sess.executable
+    monkeypatch.setattr(pieces, "CACHE_BYTES", 0)
+    monkeypatch.setattr(pieces, "WEIGHTS_FACTOR", 0)
+    runs = {"whole": 0}
+    whole = exe.run_whole
+
+    def counted(*args: object, **kwargs: object) -> list[np.ndarray]:
+        runs["whole"] += 1
+        return whole(*args, **kwargs)
+
+    monkeypatch.setattr(exe, "run_whole", counted)
+    feeds = _feeds(6)
+    buffer = np.full((6, 10), np.nan, np.float32)
+    got = sess.run(feeds, outputs={"p": buffer})  # (a binding not run before: measured now)
+    assert any(k[0] == (("n", 6),) for k in exe._pieces)
+    assert got["p"] is buffer
+    want = ReferenceBackend().compile(g).run(feeds, {"n": 6})
+    np.testing.assert_allclose(buffer, want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["f"], want[1], rtol=1e-4, atol=1e-5)
+    measuring = runs["whole"]  # (the untimed run and the race's rounds: the answer is the last one's)
+    sess.run(feeds, outputs={"p": buffer})
+    way = next(v for k, v in exe._pieces.items() if k[0] == (("n", 6),))
+    assert runs["whole"] == measuring + (way is None)
+
+
 def test_pieces_write_into_caller_buffers_and_check_inputs(cnn: tuple[md.Graph, Session]) -> None:
     g, sess = cnn
     exe = sess.executable
@@ -106,7 +134,10 @@ def test_the_rule_times_pieces_one_after_another_and_on_the_threads_at_once(cnn:
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     exe = cnn[1].executable
     monkeypatch.setattr(pieces, "CACHE_BYTES", 0)
-    assert pieces.split_rule(exe, {"n": 6}, 2) == []  # the weights outweigh its intermediates
+    # the weights outweigh its intermediates: only samples one a thread, on the threads at once
+    assert [str(w) for w in pieces.split_rule(exe, {"n": 6}, 2)] == ["1 on 2 threads"]
+    assert pieces.split_rule(exe, {"n": 6}, 1) == []  # (one thread: whole)
+    assert pieces.split_rule(exe, {"n": 3}, 4) == []  # (fewer samples than threads: whole)
     monkeypatch.setattr(pieces, "WEIGHTS_FACTOR", 0)
     assert [str(w) for w in pieces.split_rule(exe, {"n": 6}, 2)] == ["1", "2", "1 on 2 threads", "2 on 2 threads"]
     assert [str(w) for w in pieces.split_rule(exe, {"n": 2}, 1)] == ["1"]
