@@ -85,14 +85,14 @@ the weights once a block: ResNet-50's layer1 conv3 at batch 8, one thread, 13.3 
 with ``OWN``, 9.2 with ``OWN_C`` (`Session.profile`, every product forced one way)."""
 
 SMALL_IMAGE = 256
-SMALL_IMAGE_HANDICAP = 1.10
-"""On images of fewer than :data:`SMALL_IMAGE` pixels the column walks (``OWN``, ``OWN_C``)
-win a race only this much faster (on top of ``OWN``'s own handicap): their blocks overlap
+"""On images of fewer pixels the column walks (``OWN``, ``OWN_C``) are not raced where pixels
+as rows (``OWN_T``) can run, unless the input is fresh (Winograd's tiles): their blocks overlap
 (196 = 6 x 32 + 4 pixels: 224 computed) and read each channel's short row a few lines at a
-time, and in a model, the input out of cache, they lost to pixels as rows by 15-18 % where
-they had tied in the race (ResNet-50's layer3 conv3, 256 -> 1024 channels at 14x14, with
-every product forced one way: b8t1 4.97-5.54 against 4.22 ms, b1t1 0.69-0.72 against 0.58;
-the race had picked either, process by process)."""
+time, and in a model, the input out of cache, they lost to pixels as rows by 7-18 % where
+they had tied in the race, their data in cache (ResNet-50's layer3 conv3, 256 -> 1024
+channels at 14x14: b8t1 4.97-5.54 against 4.22 ms on Zen 5; 10.0-10.2 against 9.3-9.8 ms on
+Zen 4). A handicap of 10 % (the thirteenth session's) still let them win where a burst of
+foreign load slowed the other candidates' runs."""
 
 PREFER: str | None = None
 """Set to ``OWN``, ``OWN_T`` or ``BLAS`` to take that path for every product with conv weights
@@ -209,7 +209,8 @@ class WeightProduct:
         one shared page, which would make every read a cache hit). ``bands``: the pixels of
         each band of columns ``md_conv1x1`` would take in turn (an im2col done in bands of
         output rows): it is timed that way, a band's columns in cache. ``fresh``: the input is
-        written just before, in cache (Winograd's tiles): no :data:`SMALL_IMAGE_HANDICAP`."""
+        written just before, in cache (Winograd's tiles): the column walks race on small
+        images too (see :data:`SMALL_IMAGE`)."""
         if PREFER is not None:  # (md_conv1x1 needs a block of pixels; md_conv1x1t a bias it can read)
             own = p >= conv1x1_width()
             possible = self.rows_possible if PREFER == OWN_T else own if PREFER in ORDERS else True
@@ -219,15 +220,16 @@ class WeightProduct:
                *(("fresh",) if fresh else ()))
         # (channels outer also wins without a residual where few input channels make many
         # outputs: MobileNetV2's 16 -> 96 over 112x112, 0.55 -> 0.43 ms on one core)
-        columns = (OWN, OWN_C) if p >= MIN_PIXELS else ()
+        small = p < SMALL_IMAGE and not fresh and self.rows_possible
+        columns = (OWN, OWN_C) if p >= MIN_PIXELS and not small else ()
         names = [BLAS, *columns, *((OWN_T,) if self.rows_possible else ())]
         known = known_choice(key, names)
         if known is not None:
             return known
         candidates, _arrays = self.timers(p, bands)
+        candidates = {name: run for name, run in candidates.items() if name in names}
         assert sorted(candidates) == sorted(names)
-        small = SMALL_IMAGE_HANDICAP if p < SMALL_IMAGE and not fresh else 1.0
-        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP * small, OWN_C: small})[0]
+        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP})[0]
 
     def timers(self, p: int, bands: Sequence[int] = ()) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
         """One run of each way :meth:`choice` races for images of ``p`` pixels (``bands``: as

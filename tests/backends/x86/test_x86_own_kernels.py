@@ -837,12 +837,12 @@ def test_the_avx2_tiles_match_float64_too(tmp_path: Any) -> None:
     assert len(got["errors"]) == 11
 
 
-def test_the_column_walks_carry_a_handicap_on_small_images_unless_their_input_is_fresh(
+def test_the_column_walks_do_not_race_on_small_images_unless_their_input_is_fresh(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[Any, dict[str, float]]] = []
+    seen: list[tuple[Any, list[str], dict[str, float]]] = []
 
     def record(key: Any, candidates: Any, handicaps: dict[str, float]) -> tuple[str, str]:
-        seen.append((key, handicaps))
+        seen.append((key, sorted(candidates), handicaps))
         return conv1x1.OWN_T, "recorded by the test"
     monkeypatch.setattr(conv1x1, "measured_choice", record)
     monkeypatch.setattr(conv1x1, "known_choice", lambda key, names: None)
@@ -850,11 +850,18 @@ def test_the_column_walks_carry_a_handicap_on_small_images_unless_their_input_is
                                     (-math.inf, math.inf))
     for p, fresh in ((196, False), (196, True), (3136, False)):
         assert product.choice(p, fresh=fresh) == conv1x1.OWN_T
-    small, fresh, large = (handicaps for _, handicaps in seen)
-    assert small[conv1x1.OWN_C] == conv1x1.SMALL_IMAGE_HANDICAP > 1.0
-    assert small[conv1x1.OWN] == pytest.approx(conv1x1.PIXELS_OUTER_HANDICAP * conv1x1.SMALL_IMAGE_HANDICAP)
-    assert fresh[conv1x1.OWN_C] == large[conv1x1.OWN_C] == 1.0
-    assert seen[0][0] != seen[1][0]  # (a fresh input's choice is kept apart from the image's)
+    (small_key, small, _), (fresh_key, fresh, _), (_, large, handicaps) = seen
+    assert small == sorted([conv1x1.BLAS, conv1x1.OWN_T])
+    assert fresh == large == sorted([conv1x1.BLAS, conv1x1.OWN, conv1x1.OWN_C, conv1x1.OWN_T])
+    assert handicaps == {conv1x1.OWN: conv1x1.PIXELS_OUTER_HANDICAP}
+    assert small_key != fresh_key  # (a fresh input's choice is kept apart from the image's)
+    # where pixels as rows cannot run (a bias read through its argument, channels not whole
+    # panels), the column walks race on small images too
+    odd = conv1x1.WeightProduct(RNG.standard_normal((20, 32), dtype=np.float32), None, conv1x1.Arg("in", 2), False,
+                                (-math.inf, math.inf))
+    assert not odd.rows_possible
+    odd.choice(196)
+    assert seen[-1][1] == sorted([conv1x1.BLAS, conv1x1.OWN, conv1x1.OWN_C])
 
 
 def test_a_handicap_keeps_a_candidate_that_only_ties_from_winning() -> None:
