@@ -2,8 +2,8 @@
 
 For each model, batch size and thread count, ONNX Runtime (ORT_ENABLE_ALL,
 intra_op_num_threads = threads) and metadef x86 (optimized at ``aggressive``, ``threads=``
-setting numpy's OpenBLAS threads) run one after the other, N times, in the same process; the
-table shows the medians and the ratio metadef / ORT (below 1.0: metadef is faster), and the
+setting numpy's OpenBLAS threads) run one after the other, N rounds and at least 0.25 s
+(``metadef.testing.timing.time_interleaved``), in the same process; the table shows the medians and the ratio metadef / ORT (below 1.0: metadef is faster), and the
 compile times (metadef: optimize + x86 compile; ORT: session creation). BERT runs at seq 128.
 
     .venv/bin/python bench/x86_latency.py                       # every model, batch 1 and 8
@@ -16,10 +16,10 @@ run of native steps); BLAS calls use ``threads``, generated code one thread.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -30,12 +30,7 @@ from metadef.backends.x86.contractions import blas_info
 from metadef.backends.x86.threads import set_threads
 from metadef.cli_bench import ort_session
 from metadef.runtime.session import Session
-
-
-def _time(fn: Callable[..., object], *args: object) -> float:
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
+from metadef.testing.timing import time_interleaved
 
 
 def bench_model(name: str, batches: list[int], threads: list[int], runs: int, warmup: int) -> list[dict]:
@@ -60,13 +55,11 @@ def bench_model(name: str, batches: list[int], threads: list[int], runs: int, wa
         for batch in batches:
             dims = {"seq": 128} if name == "bert" else {}
             feeds = md.zoo.describe(name).example_inputs(batch=batch, **dims)
-            for _ in range(warmup):
-                ort_sess.run(None, feeds)
-                sess.run(feeds)
-            ours, theirs = [], []
-            for _ in range(runs):  # interleaved: foreign load hits both alike
-                theirs.append(_time(ort_sess.run, None, feeds))
-                ours.append(_time(sess.run, feeds))
+            # interleaved (foreign load hits both alike), at least `runs` rounds and 0.25 s:
+            # the MLP's runs take microseconds, and a median of 9 of them moved by 10 %
+            sample = time_interleaved({"ORT": functools.partial(ort_sess.run, None, feeds),
+                                       "metadef": functools.partial(sess.run, feeds)}, warmup, runs)
+            theirs, ours = sample.times["ORT"], sample.times["metadef"]
             row = {"model": name, "batch": batch, "threads": t,
                    "metadef_ms": 1e3 * statistics.median(ours), "ort_ms": 1e3 * statistics.median(theirs),
                    "metadef_compile_s": t_opt + t_compile, "ort_session_s": t_ort}
