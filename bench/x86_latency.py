@@ -3,8 +3,9 @@
 For each model, batch size and thread count, ONNX Runtime (ORT_ENABLE_ALL,
 intra_op_num_threads = threads) and metadef x86 (optimized at ``aggressive``, ``threads=``
 setting numpy's OpenBLAS threads) run one after the other, N rounds and at least 0.25 s
-(``metadef.testing.timing.time_interleaved``), in the same process; the table shows the medians and the ratio metadef / ORT (below 1.0: metadef is faster), and the
-compile times (metadef: optimize + x86 compile; ORT: session creation). BERT runs at seq 128.
+(``metadef.testing.timing.time_interleaved``), in the same process; the table shows the
+medians and the ratio metadef / ORT (below 1.0: metadef is faster), and the compile times
+(metadef: optimize + x86 compile; ORT: session creation). BERT runs at seq 128.
 
     .venv/bin/python bench/x86_latency.py                       # every model, batch 1 and 8
     .venv/bin/python bench/x86_latency.py --models mlp resnet50 --batches 1 --runs 20
