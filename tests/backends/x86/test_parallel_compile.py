@@ -124,10 +124,11 @@ def test_the_worker_count_comes_from_the_environment(monkeypatch: pytest.MonkeyP
             compile_workers()
 
 
-def test_helpers_start_at_different_nodes() -> None:
+def test_helpers_start_at_different_nodes_and_walk_toward_the_process_below() -> None:
     nodes = list(range(9))
-    orders = [helper_order(nodes, r, 3) for r in range(3)]
-    assert [o[0] for o in orders] == [0, 3, 6]
+    orders = [helper_order(nodes, r, 3) for r in range(1, 3)]
+    assert [o[0] for o in orders] == [5, 8]  # (the compiling process starts at node 0)
+    assert orders[0][:3] == [5, 4, 3] and orders[1][:3] == [8, 7, 6]
     assert all(sorted(o) == nodes for o in orders)
 
 
