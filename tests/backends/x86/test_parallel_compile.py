@@ -149,3 +149,30 @@ def test_a_routine_another_process_compiles_is_left_for_later_when_not_waiting(
             native.native_function("md_copy", wait=False)
         (claims.root / digest).unlink()  # it gave up: this process compiles it
         assert native.native_function("md_copy", wait=False) != 0
+
+
+def test_a_helper_goes_on_past_a_routine_another_process_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from metadef.backends.x86 import parallel
+    from metadef.codegen.kernel import CompiledElsewhere
+
+    built: list[str] = []
+
+    def native_function(routine: str) -> int:
+        if routine == "md_conv1x1":  # (claimed by the compiling process)
+            raise CompiledElsewhere(routine)
+        built.append(routine)
+        return 1
+
+    def choose(node: str) -> SimpleNamespace:
+        if node == "broken":
+            raise BackendError("no kernel")
+        return SimpleNamespace(native=node)
+
+    monkeypatch.setattr(parallel, "native_function", native_function)
+    monkeypatch.setattr(parallel, "choose", choose)
+    monkeypatch.setattr(parallel, "needs", lambda native: {"conv": ("md_conv1x1", "md_conv1x1t", "md_transpose"),
+                                                          "fc": ("md_gemm",)}.get(native, ()))
+    parallel._compile_nodes(["conv", "broken", "fc"], ("md_copy",))
+    assert built == ["md_copy", "md_conv1x1t", "md_transpose", "md_gemm"]
