@@ -24,9 +24,9 @@ The rule (:func:`split_rule`): only where the graph is separable along a symbol 
 this machine's L3). Where it also exceeds :data:`WEIGHTS_FACTOR` times the weights' bytes,
 pieces of each size in :data:`PIECES` are candidates, one after another and (with several
 threads) on the threads at once; else, with several threads and at least as many samples,
-samples one a thread on the threads at once. The candidates and the whole batch are timed on the call's own inputs,
-once per binding and thread count (remembered in this process and in the compile cache's
-shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the
+samples one a thread on the threads at once. The candidates and the whole batch are timed on
+the call's own inputs, once per binding and thread count (remembered in this process and in
+the compile cache's shape level), and the fastest is kept; ``METADEF_DEBUG=1`` logs the decision and, where the
 rule declines, why; :meth:`~metadef.backends.x86.backend.X86Executable.pieces_for` tells it afterwards. A piece is a
 prepared program of its own binding (``{"batch": 2}``) run on views of the inputs and
 outputs: nothing is copied.
