@@ -97,14 +97,20 @@ def _compile_nodes(nodes: Sequence[Node], routines: Sequence[str]) -> None:
     rest of the node, helpers compiled ResNet-50's md_gemm and max pool and little else: every
     conv needs md_conv1x1 first, which the compiling process had claimed)."""
     for routine in routines:
+        if _STOPPING[0]:
+            return
         with contextlib.suppress(Exception):
             native_function(routine)
     for node in nodes:
+        if _STOPPING[0]:
+            return
         try:
             choice = choose(node)
         except Exception:
             continue
         for routine in needs(choice.native):
+            if _STOPPING[0]:
+                return
             with contextlib.suppress(Exception):
                 native_function(routine)
 
@@ -144,14 +150,20 @@ def helpers(graph: Graph, workers: int | None = None) -> Iterator[int]:
         log.debug("x86: compile of %s waited %.3f s for kernels its helpers compiled", graph.name, claims.waited)
 
 
+_STOPPING: list[bool] = [False]
+"""Set in a helper by SIGTERM: it leaves before its next node or routine."""
+
+
 def _stop(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+    # (not SystemExit here: raised between any two bytecodes, it could leave a claim behind,
+    # taken but never given back, e.g. while a kernel's entry was being saved)
+    _STOPPING[0] = True
 
 
 def _reap(pids: list[int]) -> None:
-    """Stop the helpers (what they have left to do is linking stored kernels, of no use now):
-    SIGTERM ends a helper between two calls into LLVM, giving back any claim it holds; a
-    daemon thread reaps each."""
+    """Stop the helpers (what they have left to do is linking stored kernels, or compiling
+    ones this process did not need): SIGTERM has a helper finish the kernel it compiles (so
+    that its entry is saved and its claim given back) and leave; a daemon thread reaps each."""
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
