@@ -166,8 +166,9 @@ def run_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int
                outputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """The graph run in pieces (``way``; an int: that many samples a piece, one after another)
     into ``outputs`` (new arrays when None), each piece a prepared program on views of the
-    inputs and outputs; with several workers, piece ``k`` runs on worker ``k % workers`` (the
-    caller's thread is worker 0; native code runs with the GIL released)."""
+    inputs and outputs; with several workers, each takes the next piece not yet taken (the
+    caller's thread is one of them; native code runs with the GIL released), so a core slowed
+    by another process's load runs fewer pieces than the others instead of holding them all up."""
     if isinstance(way, int):
         way = Pieces(way)
     s = exe.samples
@@ -176,11 +177,16 @@ def run_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int
         outputs = [np.empty(shape, dtype) for shape, dtype in output_specs(exe, symbols)]
     first = sym(s)
     batched = [bool(v.type.shape) and v.type.shape[0] == first for v in exe.graph.inputs]
-    starts = list(range(0, n, way.size))
+    starts = iter(range(0, n, way.size))
+    taking = threading.Lock()
     threads = 1 if way.workers > 1 else None
 
-    def work(worker: int) -> None:
-        for start in starts[worker::way.workers]:
+    def take() -> int | None:
+        with taking:
+            return next(starts, None)
+
+    def work() -> None:
+        while (start := take()) is not None:
             count = min(way.size, n - start)
             program = exe.programs.bound({**symbols, s: count}, threads)
             try:
@@ -192,9 +198,9 @@ def run_pieces(exe: Any, inputs: Sequence[np.ndarray], symbols: Mapping[str, int
             finally:
                 exe.programs.give_back(program)
 
-    others = [_executor().submit(work, k) for k in range(1, min(way.workers, len(starts)))]
+    others = [_executor().submit(work) for _ in range(1, min(way.workers, -(-n // way.size)))]
     try:
-        work(0)
+        work()
     finally:
         for future in others:
             future.result()  # (an error in a worker is raised here)
