@@ -218,24 +218,32 @@ class WeightProduct:
         cout, depth = self.cout, self.depth
         key = ("weights x image", depth, cout, p, self.residual, *self.bounds, *((tuple(bands),) if bands else ()),
                *(("fresh",) if fresh else ()))
+        names = self.kinds(p, fresh)
+        known = known_choice(key, names)
+        if known is not None:
+            return known
+        candidates, _arrays = self.timers(p, bands, names)
+        assert sorted(candidates) == sorted(names)
+        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP})[0]
+
+    def kinds(self, p: int, fresh: bool = True) -> list[str]:
+        """The ways :meth:`choice` races for images of ``p`` pixels (``fresh``: as there; with
+        True, every way that can run)."""
         # (channels outer also wins without a residual where few input channels make many
         # outputs: MobileNetV2's 16 -> 96 over 112x112, 0.55 -> 0.43 ms on one core)
         small = p < SMALL_IMAGE and not fresh and self.rows_possible
         columns = (OWN, OWN_C) if p >= MIN_PIXELS and not small else ()
-        names = [BLAS, *columns, *((OWN_T,) if self.rows_possible else ())]
-        known = known_choice(key, names)
-        if known is not None:
-            return known
-        candidates, _arrays = self.timers(p, bands)
-        candidates = {name: run for name, run in candidates.items() if name in names}
-        assert sorted(candidates) == sorted(names)
-        return measured_choice(key, candidates, {OWN: PIXELS_OUTER_HANDICAP})[0]
+        return [BLAS, *columns, *((OWN_T,) if self.rows_possible else ())]
 
-    def timers(self, p: int, bands: Sequence[int] = ()) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
-        """One run of each way :meth:`choice` races for images of ``p`` pixels (``bands``: as
-        there), on arrays of ones, and those arrays (keep them while the runs are called)."""
+    def timers(self, p: int, bands: Sequence[int] = (), kinds: Sequence[str] | None = None
+               ) -> tuple[dict[str, Callable[[], Any]], tuple[Any, ...]]:
+        """One run of each of ``kinds`` (default: every way that can run, :meth:`kinds`; those
+        that cannot are left out) for images of ``p`` pixels (``bands``: as in :meth:`choice`),
+        on arrays of ones, and those arrays (keep them while the runs are called)."""
         cout, depth, (lo, hi) = self.cout, self.depth, self.bounds
-        columns = (OWN, OWN_C) if p >= MIN_PIXELS else ()
+        possible = self.kinds(p)
+        wanted = [k for k in kinds or possible if k in possible]
+        columns = tuple(k for k in (OWN, OWN_C) if k in wanted)
         x = np.ones((depth, p), np.float32)
         ldx = gemm_lda(depth)  # (a pixel's channels one cache line further apart where they would alias)
         xt = np.ones((p, ldx), np.float32)
@@ -252,10 +260,12 @@ class WeightProduct:
         # the BLAS path's epilogue is a kernel of its own: one more pass over the output
         epilogue = timed_call(native_function("md_copy"), [y.ctypes.data, res.ctypes.data], (y.nbytes,))
         fused = self.residual or self.bounds != (-math.inf, math.inf)
-        candidates[BLAS] = (lambda: (sgemm(), epilogue())) if fused else sgemm
-        if p >= MIN_PIXELS:
+        if BLAS in wanted:
+            candidates[BLAS] = (lambda: (sgemm(), epilogue())) if fused else sgemm
+        if columns:
             packed = np.ones((-(-cout // conv1x1_rows()), depth, conv1x1_rows()), np.float32)
-            for kind, order in ((OWN, 0), (OWN_C, 1))[:len(columns)]:
+            for kind in columns:
+                order = ORDERS[kind]
                 parts, at = [], 0
                 for width in bands or (p,):  # (each band's columns in x, as each band's im2col leaves them)
                     parts.append(timed_call(native_function("md_conv1x1"), [
@@ -264,7 +274,7 @@ class WeightProduct:
                                                              hi=hi, order=order, y_stride=p)))
                     at += width
                 candidates[kind] = parts[0] if len(parts) == 1 else lambda parts=parts: [part() for part in parts]
-        if self.rows_possible:
+        if OWN_T in wanted:
             panels = np.ones((-(-cout // panel), depth, panel), np.float32)
             flip = timed_call(native_function("md_transpose"), [x.ctypes.data, xt.ctypes.data],
                               transpose_dims(1, depth, p, ld=ldx))
@@ -272,7 +282,7 @@ class WeightProduct:
                 xt.ctypes.data, panels.ctypes.data, bias.ctypes.data, res_address, y.ctypes.data],
                 conv1x1t_dims(1, depth, cout, p, residual=self.residual, lo=lo, hi=hi, ldx=ldx))
             candidates[OWN_T] = lambda: (flip(), rows())
-        arrays = (x, xt, y, res, bias, w, *((packed,) if columns else ()), *((panels,) if self.rows_possible else ()))
+        arrays = (x, xt, y, res, bias, w, *((packed,) if columns else ()), *((panels,) if OWN_T in wanted else ()))
         return candidates, arrays
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,

@@ -166,7 +166,7 @@ def _timers(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], stride: 
                                     lo=lo, hi=hi))
     columns = np.ones((product.depth, pixels), np.float32)
     im2col = im2col_call(x, columns)
-    products, arrays = product.timers(pixels)
+    products, arrays = product.timers(pixels, kinds=(im2col_kind,))
     product_run = products[im2col_kind]
     keep = (x, xp, weights, bias, y, res, columns, arrays)
     return {DIRECT: lambda: (pad(), direct(), keep),

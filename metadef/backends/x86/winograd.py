@@ -205,9 +205,9 @@ def _product_timer(c: int, k: int, tiles: int, count: int) -> Callable[[], None]
     """``count`` products ``[k, c] x [c, tiles]`` the way a Winograd conv's products run (the
     kind :meth:`WeightProduct.choice` takes, timed as it times it), on arrays of ones."""
     product = WeightProduct(np.ones((k, c), np.float32), None, NULL, False, (-math.inf, math.inf))
-    candidates, arrays = product.timers(tiles)
-    # (a kind forced from outside may not race)
-    once = candidates.get(product.choice(tiles, fresh=True), candidates[BLAS])
+    kind = product.choice(tiles, fresh=True)
+    candidates, arrays = product.timers(tiles, kinds=(kind, BLAS))
+    once = candidates.get(kind, candidates[BLAS])  # (a kind forced from outside may not run here)
 
     def run(arrays: tuple[Any, ...] = arrays) -> None:  # (the arrays live as long as the timer)
         for _ in range(count):
