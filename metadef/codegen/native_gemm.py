@@ -81,11 +81,14 @@ from metadef.codegen.native_tile import (
     tile_lanes,
 )
 
-GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks", "lda", "has_res")
+GEMM_DIMS = ("m", "n", "k", "lo", "hi", "task", "tasks", "lda", "has_res", "ldy", "batch", "xs", "ys")
 """The dims of ``md_gemm``: args are ``[x [m, k] (rows ``lda`` floats apart), packed weights,
-bias [ceil(n/w)*w], y [m, n]]`` and, with ``has_res``, a fifth: a residual ``[m, n]`` added
-before the bounds; task ``task`` of ``tasks`` computes its share of the ``w``-column panels
-(``w`` = :func:`gemm_panel`)."""
+bias [ceil(n/w)*w], y [m, n] (rows ``ldy`` apart)]`` and, with ``has_res``, a fifth: a residual
+``[m, n]`` (rows ``ldy`` apart) added before the bounds; ``batch`` such products with the same
+weights, the ``i``-th's ``x`` at ``i * xs`` floats and its ``y`` and residual at ``i * ys`` (the
+images of a pointwise conv whose values are pixel-major, one pixel's channels a row); task
+``task`` of ``tasks`` computes its share of the (product, ``w``-column panel) units (``w`` =
+:func:`gemm_panel`)."""
 
 CONV1X1_DIMS = ("n", "cin", "cout", "p", "has_res", "lo", "hi", "order", "ys", "task", "tasks", "chunk", "parts")
 """The dims of ``md_conv1x1``: args are ``[x, packed weights, bias, residual or null, y]``;
@@ -295,10 +298,10 @@ def _conv1x1t(module: ir.Module) -> None:
     b.ret_void()
 
 
-TRANSPOSE_DIMS = ("n", "rows", "cols", "task", "tasks", "ld")
-"""The dims of ``md_transpose``: args are ``[x [n, rows, cols], y [n, cols, ld]]`` (``y``'s
-rows ``ld >= rows`` floats apart, the rest of each left as it was); task ``task`` of
-``tasks`` writes its share of the (image, 8-column block) units."""
+TRANSPOSE_DIMS = ("n", "rows", "cols", "task", "tasks", "ld", "xs")
+"""The dims of ``md_transpose``: args are ``[x [n, rows, cols], y [n, cols, ld]]`` (``x``'s
+rows ``xs >= cols`` floats apart, ``y``'s ``ld >= rows``, the rest of each left as it was);
+task ``task`` of ``tasks`` writes its share of the (image, 8-column block) units."""
 
 def _transpose(module: ir.Module) -> None:
     """``md_transpose`` (see :data:`TRANSPOSE_DIMS`): 8 x 8 blocks through registers, the
@@ -306,11 +309,11 @@ def _transpose(module: ir.Module) -> None:
     b, args, dims = _define(module, "md_transpose")
     x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(TRANSPOSE_DIMS)}
-    rows, cols, ld = d["rows"], d["cols"], d["ld"]
+    rows, cols, ld, xs = d["rows"], d["cols"], d["ld"], d["xs"]
     blocks = b.sdiv(b.add(cols, I64(7)), I64(8))
     units = b.mul(d["n"], blocks)
     first, last = _share(b, units, d)
-    plane, out_plane = b.mul(rows, cols), b.mul(ld, cols)
+    plane, out_plane = b.mul(rows, xs), b.mul(ld, cols)
 
     def unit(u: ir.Value) -> None:
         image = b.sdiv(u, blocks)
@@ -323,7 +326,7 @@ def _transpose(module: ir.Module) -> None:
 
         def block(i: ir.Value) -> None:
             r0 = b.mul(i, I64(8))
-            loaded = [b.load(_elem(b, xi, b.add(b.mul(b.add(r0, I64(r)), cols), c0)), typ=V8, align=4)
+            loaded = [b.load(_elem(b, xi, b.add(b.mul(b.add(r0, I64(r)), xs), c0)), typ=V8, align=4)
                       for r in range(8)]
             for j, column in enumerate(_transpose8(b, loaded)):
                 b.store(column, _elem(b, yi, b.add(b.mul(b.add(c0, I64(j)), ld), r0)), align=4)
@@ -333,7 +336,7 @@ def _transpose(module: ir.Module) -> None:
         def row(r: ir.Value) -> None:
             def element(j: ir.Value) -> None:
                 c = b.add(c0, j)
-                b.store(b.load(_elem(b, xi, b.add(b.mul(r, cols), c)), typ=F32), _elem(b, yi, b.add(b.mul(c, ld), r)))
+                b.store(b.load(_elem(b, xi, b.add(b.mul(r, xs), c)), typ=F32), _elem(b, yi, b.add(b.mul(c, ld), r)))
             _loop(b, I64(0), width, element)
 
         _loop(b, full, rows, row)
@@ -342,16 +345,16 @@ def _transpose(module: ir.Module) -> None:
     b.ret_void()
 
 
-def transpose_dims(n: int, rows: int, cols: int, task: int = 0, tasks: int = 1, ld: int | None = None
-                   ) -> tuple[int, ...]:
+def transpose_dims(n: int, rows: int, cols: int, task: int = 0, tasks: int = 1, ld: int | None = None,
+                   xs: int | None = None) -> tuple[int, ...]:
     """The dims of one ``md_transpose`` call (see :data:`TRANSPOSE_DIMS`; ``ld`` defaults to
-    ``rows``).
+    ``rows``, ``xs`` to ``cols``).
 
     Example:
         >>> transpose_dims(1, 512, 49)
-        (1, 512, 49, 0, 1, 512)
+        (1, 512, 49, 0, 1, 512, 49)
     """
-    return (n, rows, cols, task, tasks, rows if ld is None else ld)
+    return (n, rows, cols, task, tasks, rows if ld is None else ld, cols if xs is None else xs)
 
 
 def conv1x1t_dims(n: int, cin: int, cout: int, p: int, *, residual: bool = False, lo: float = -math.inf,
@@ -475,15 +478,18 @@ def pack_gemm_weights(w: np.ndarray, width: int | None = None) -> np.ndarray:
 
 
 def gemm_dims(m: int, n: int, k: int, *, lo: float = -math.inf, hi: float = math.inf, task: int = 0,
-              tasks: int = 1, lda: int | None = None, residual: bool = False) -> tuple[int, ...]:
-    """The dims of one ``md_gemm`` call (see :data:`GEMM_DIMS`; ``lda`` defaults to ``k``).
+              tasks: int = 1, lda: int | None = None, residual: bool = False, ldy: int | None = None,
+              batch: int = 1, xs: int = 0, ys: int = 0) -> tuple[int, ...]:
+    """The dims of one ``md_gemm`` call (see :data:`GEMM_DIMS`; ``lda`` defaults to ``k``,
+    ``ldy`` to ``n``).
 
     Example:
         >>> gemm_dims(8, 512, 784)[:3]
         (8, 512, 784)
     """
     values = {"m": m, "n": n, "k": k, "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks,
-              "lda": k if lda is None else lda, "has_res": int(residual)}
+              "lda": k if lda is None else lda, "has_res": int(residual), "ldy": n if ldy is None else ldy,
+              "batch": batch, "xs": xs, "ys": ys}
     return tuple(values[d] for d in GEMM_DIMS)
 
 
@@ -536,11 +542,13 @@ def _gemm(module: ir.Module) -> None:
     res.add_incoming(null, pre)
     res.add_incoming(given, inside)
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
-    m, n, k, lda = d["m"], d["n"], d["k"], d["lda"]
+    m, n, k, lda, ldy = d["m"], d["n"], d["k"], d["lda"], d["ldy"]
     panels = b.sdiv(b.add(n, I64(pw - 1)), I64(pw))
-    first, last = _share(b, panels, d)
+    first, last = _share(b, b.mul(d["batch"], panels), d)
 
-    def panel(q: ir.Value) -> None:
+    def panel(u: ir.Value) -> None:
+        image, q = b.sdiv(u, panels), b.srem(u, panels)
+        xi, yi = _elem(b, x, b.mul(image, d["xs"])), b.mul(image, d["ys"])
         j0 = b.mul(q, I64(pw))
         cols = b.sub(n, j0)
         cols = b.select(b.icmp_signed(">", cols, I64(pw)), I64(pw), cols)
@@ -550,8 +558,8 @@ def _gemm(module: ir.Module) -> None:
 
         def rows_from(r0: ir.Value, mr: int) -> None:
             ahead = _ahead(b, following, b.sdiv(r0, I64(sizes[0])), k, pw) if mr >= AHEAD_ROWS else ()
-            at = b.add(b.mul(r0, n), j0)
-            b.call(tiles[mr], [wq, I64(pw), _elem(b, x, b.mul(r0, lda)), lda, I64(1), k, _elem(b, y, at), n,
+            at = b.add(yi, b.add(b.mul(r0, ldy), j0))
+            b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, lda)), lda, I64(1), k, _elem(b, y, at), ldy,
                                b.select(b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0)), _elem(b, res, at), null),
                                _elem(b, bias, j0), I64(mr), cols, lo, hi, *ahead])
 

@@ -214,6 +214,18 @@ def test_transpose_matches_numpy(n: int, rows: int, cols: int, tasks: int, pad: 
     assert np.isnan(y[:, :, rows:]).all()  # the padding is left as it was
 
 
+def test_transpose_reads_rows_a_stride_apart() -> None:
+    """``xs``: the input's rows further apart than its columns (a pixel-major value, each
+    pixel's channels padded to a row stride, back to channels-major); the padding is not read."""
+    n, rows, cols, xs = 2, 13, 37, 48
+    x = np.full((n, rows, xs), np.nan, np.float32)
+    x[:, :, :cols] = RNG.standard_normal((n, rows, cols), dtype=np.float32)
+    y = np.full((n, cols, rows), np.nan, np.float32)
+    for t in range(2):
+        _call("md_transpose", [x, y], transpose_dims(n, rows, cols, t, 2, xs=xs))
+    assert np.array_equal(y, x[:, :, :cols].transpose(0, 2, 1))
+
+
 @pytest.mark.parametrize(("n", "cin", "cout", "p", "residual", "bounds", "tasks"), [
     (1, 5, 3, 1, False, (-math.inf, math.inf), 1),
     (2, 7, 17, 13, True, (0.0, math.inf), 2),
@@ -464,6 +476,30 @@ def test_gemm_adds_a_residual_and_writes_no_column_past_its_rows(m: int, n: int,
     finally:
         release_res()
         release_y()
+
+
+@pytest.mark.parametrize(("batch", "m", "n", "k", "tasks"), [(3, 27, 40, 33, 1), (2, 13, 70, 20, 3), (4, 1, 6, 5, 2)])
+def test_gemm_batched_with_strided_rows(batch: int, m: int, n: int, k: int, tasks: int) -> None:
+    """``batch`` products with the same weights (a pointwise conv's images, pixel-major): each
+    ``x`` ``xs`` floats after the last, each output and residual ``ys``, their rows ``lda`` and
+    ``ldy`` apart; the padding between rows is neither read nor written."""
+    lda, ldy, bounds = k + 3, n + 5, (0.0, math.inf)
+    x = np.full((batch, m, lda), np.nan, np.float32)
+    x[:, :, :k] = RNG.standard_normal((batch, m, k), dtype=np.float32)
+    w = RNG.standard_normal((k, n), dtype=np.float32)
+    packed = pack_gemm_weights(w)
+    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
+    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
+    res = np.full((batch, m, ldy), np.nan, np.float32)
+    res[:, :, :n] = RNG.standard_normal((batch, m, n), dtype=np.float32)
+    y = np.full((batch, m, ldy), np.nan, np.float32)
+    for t in range(tasks):
+        _call("md_gemm", [x, packed, bias, y, res], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks,
+                                                              lda=lda, residual=True, ldy=ldy, batch=batch,
+                                                              xs=m * lda, ys=m * ldy))
+    want = np.clip(x[:, :, :k].astype(np.float64) @ w + bias[:n] + res[:, :, :n], *bounds)
+    np.testing.assert_allclose(y[:, :, :n], want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[:, :, n:]).all()
 
 
 def test_a_product_with_a_skip_connection_adds_it_in_its_stores(monkeypatch: pytest.MonkeyPatch) -> None:
