@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,11 +37,13 @@ from metadef.backends.x86.native import (
     Call,
     Lowering,
     NativeStep,
+    PixelRows,
     Shape,
     known_choice,
     measured_choice,
     needing,
     needs,
+    pixel_stride,
     sgemm_dims,
     timed_call,
 )
@@ -53,6 +55,7 @@ from metadef.codegen.native_gemm import (
     conv1x1_rows,
     conv1x1_width,
     conv1x1t_dims,
+    gemm_dims,
     gemm_lda,
     gemm_panel,
     pack_conv1x1_weights,
@@ -70,7 +73,7 @@ ORDERS = {OWN: 0, OWN_C: 1}
 OWN_T = "own micro-kernel, pixels as rows"
 PARALLEL_PRODUCT = 1 << 20
 """A product of our kernels splits across threads from this many multiply-adds (~10 us of work)."""
-PRODUCT_ROUTINES = ("md_conv1x1", "md_conv1x1t", "md_transpose", "md_sgemm", "md_copy")
+PRODUCT_ROUTINES = ("md_conv1x1", "md_conv1x1t", "md_transpose", "md_gemm", "md_sgemm", "md_copy")
 """The routines a :class:`WeightProduct` may call (or time)."""
 MIN_PIXELS = 64
 """Below this many pixels ``md_conv1x1``'s row of 16-pixel blocks wastes too much on its
@@ -286,12 +289,16 @@ class WeightProduct:
         return candidates, arrays
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
-              what: str, y_stride: int | None = None, split_from: int = PARALLEL_PRODUCT) -> tuple[list[Call], int]:
+              what: str, y_stride: int | None = None, split_from: int = PARALLEL_PRODUCT,
+              rows: Collection[str] = ()) -> tuple[list[Call], int]:
         """The calls of ``kind`` (``OWN``, ``OWN_C`` or ``OWN_T``) over ``n`` images of ``p``
         pixels, and the bytes of workspace they need at ``work``; ``y_stride`` (``OWN`` and
         ``OWN_C`` only): the floats between rows of the output and residual, when ``x`` holds
         a band of an image's pixels; ``split_from``: the multiply-adds from which a product
-        splits across threads."""
+        splits across threads; ``rows`` (``OWN_T`` only): which of ``"x"``, ``"residual"`` and
+        ``"out"`` are pixel-major (:class:`.native.PixelRows`): the input read in place, the
+        output stored by ``md_gemm`` row by row; a residual in the other layout than the
+        output is transposed into the workspace first."""
         lo, hi = self.bounds
         cout, depth = self.cout, self.depth
         packed, zeros = self.packed(kind)
@@ -319,23 +326,54 @@ class WeightProduct:
                          conv1x1_dims(n, depth, cout, p, **base, order=order), what + " own kernel" + epilogue,
                          tasks)], 0
 
-        ldx = gemm_lda(depth)  # a pixel's channels in the workspace: one line further apart where they would alias
+        assert not set(rows) - {"x", "residual", "out"}, rows
+        ldx, ldy = pixel_stride(depth), pixel_stride(cout)  # (the transposed copy's too: no aliasing rows)
+        weights, units = Arg("addr", packed.ctypes.data), n * -(-cout // gemm_panel())
 
-        def flips(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * depth * p < PARALLEL_ELEMENTS or n * -(-p // 8) < count:
-                return None
-            return [transpose_dims(n, depth, p, t, count, ld=ldx) for t in range(count)]
+        def flips(rows: int, cols: int, **strides: int) -> Callable[[int], list[tuple[int, ...]] | None]:
+            def split(count: int) -> list[tuple[int, ...]] | None:
+                if count < 2 or n * rows * cols < PARALLEL_ELEMENTS or n * -(-cols // 8) < count:
+                    return None
+                return [transpose_dims(n, rows, cols, t, count, **strides) for t in range(count)]
+            return split
+
+        calls, used, xt = [], 0, x
+        if "x" not in rows:  # (each image's channels-major input as pixel rows, in the workspace)
+            calls.append(Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
+                              what + " transpose", flips(depth, p, ld=ldx)))
+            xt, used = work, n * ldx * p * 4
+        if "out" in rows:
+            if residual is not None and "residual" not in rows:  # (as pixel rows: the tile reads both alike)
+                calls.append(Call(native_function("md_transpose"), (residual, work.at(used)),
+                                  transpose_dims(n, cout, p, ld=ldy), what + " residual transpose",
+                                  flips(cout, p, ld=ldy)))
+                residual, used = work.at(used), used + n * ldy * p * 4
+
+            def gemm_tasks(count: int) -> list[tuple[int, ...]] | None:
+                if count < 2 or n * cout * p * depth < split_from or units < count:
+                    return None
+                return [gemm_dims(p, cout, depth, lo=lo, hi=hi, task=t, tasks=count, **stored) for t in range(count)]
+
+            stored = dict(lda=ldx, residual=residual is not None, ldy=ldy, batch=n, xs=p * ldx, ys=p * ldy)
+            args = (xt, weights, bias, out, *((residual,) if residual is not None else ()))
+            calls.append(Call(native_function("md_gemm"), args, gemm_dims(p, cout, depth, lo=lo, hi=hi, **stored),
+                              what + " own kernel, pixel rows stored" + epilogue, gemm_tasks))
+            return calls, used
+        if residual is not None and "residual" in rows:  # (back to channels-major for the transposed stores)
+            calls.append(Call(native_function("md_transpose"), (residual, work.at(used)),
+                              transpose_dims(n, p, cout, xs=ldy), what + " residual transpose",
+                              flips(p, cout, xs=ldy)))
+            res, used = work.at(used), used + n * cout * p * 4
 
         def row_tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * cout * p * depth < split_from or n * -(-cout // gemm_panel()) < count:
+            if count < 2 or n * cout * p * depth < split_from or units < count:
                 return None
             return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count, ldx=ldx) for t in range(count)]
 
-        return [Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
-                     what + " transpose", flips),
-                Call(native_function("md_conv1x1t"), (work, Arg("addr", packed.ctypes.data), bias, res, out),
-                     conv1x1t_dims(n, depth, cout, p, **base, ldx=ldx), what + " own kernel, pixel rows" + epilogue,
-                     row_tasks)], n * ldx * p * 4
+        calls.append(Call(native_function("md_conv1x1t"), (xt, weights, bias, res, out),
+                          conv1x1t_dims(n, depth, cout, p, **base, ldx=ldx),
+                          what + " own kernel, pixel rows" + epilogue, row_tasks))
+        return calls, used
 
     def keep(self) -> tuple[np.ndarray, ...]:
         """The packed arrays the calls read by address."""
@@ -351,8 +389,18 @@ def conv1x1_step(product: WeightProduct, x: Arg, residual: Arg | None, out: Arg,
     kind = product.choice(h * w)
     if kind == BLAS:
         return None
-    calls, work = product.calls(kind, n, h * w, x, residual, out, Arg("scratch", 0), "conv2d 1x1")
-    return NativeStep(tuple(calls), (work,) if work else (), product.keep())
+
+    def step(pixel_major: frozenset[tuple[str, int]] = frozenset()) -> NativeStep:
+        named = {"x": x, "residual": residual, "out": out}
+        rows = [name for name, arg in named.items() if arg is not None and (arg.kind, arg.index) in pixel_major]
+        calls, work = product.calls(kind, n, h * w, x, residual, out, Arg("scratch", 0), "conv2d 1x1", rows=rows)
+        return NativeStep(tuple(calls), (work,) if work else (), product.keep(), rows=form)
+
+    form = None
+    if kind == OWN_T and x.kind == "in" and out.kind == "out" and not x.offset and not out.offset \
+            and (residual is None or (residual.kind == "in" and not residual.offset)):
+        form = PixelRows((x.index,), None if residual is None else residual.index, out.index, step)
+    return step()
 
 
 def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bias: Arg, residual: Arg | None,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, ORDERS, PRODUCT_ROUTINES, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, ORDERS, OWN_T, PRODUCT_ROUTINES, WeightProduct
 from metadef.backends.x86.conv_direct import ROUTINES as DIRECT_ROUTINES
 from metadef.backends.x86.conv_direct import direct_step, pad_call
 from metadef.backends.x86.native import (
@@ -29,6 +29,7 @@ from metadef.backends.x86.native import (
     Call,
     Lowering,
     NativeStep,
+    PixelRows,
     Shape,
     _blas,
     _f32,
@@ -36,6 +37,7 @@ from metadef.backends.x86.native import (
     kernel_tasks,
     needing,
     needs,
+    pixel_stride,
     sequence,
     sgemm_call,
     timed_call,
@@ -230,32 +232,44 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
         bands = [(0, out_hw[0])]
     units = [(i, y0, rows) for i in range(n) for y0, rows in bands]
     cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
-    image = 4 * product.cout * pixels
     chains = len(units) > 1 and kind in ORDERS  # (one product call a unit)
     width = max(1, binding_threads()) if chains else 1  # column buffers: units side by side in a group
 
-    def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:
-        i, y0, rows = units[u]
-        band = {**values, "y0": y0, "oh": rows}
-        at = i * image + 4 * y0 * out_hw[1]
-        tasks = None if chains else functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])
-        im2col = Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), buffer),
-                      tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col", tasks)
-        more, work = product.calls(kind, 1, rows * out_hw[1], buffer, None if residual is None else residual.at(at),
-                                   out.at(at), Arg("scratch", 1), "conv2d", None if len(bands) == 1 else pixels)
-        return [im2col, *more], work
+    def step(pixel_major: frozenset[tuple[str, int]] = frozenset()) -> NativeStep:
+        named = {"residual": residual, "out": out}
+        rows_of = [name for name, arg in named.items() if arg is not None and (arg.kind, arg.index) in pixel_major]
+        # (an image's output: channels-major, or pixel-major rows of pixel_stride(cout) floats)
+        image = 4 * pixels * (pixel_stride(product.cout) if "out" in rows_of else product.cout)
 
-    calls: list[Call] = []
-    work = 0
-    for u in range(len(units)):
-        if chains:  # each unit's im2col then product on one thread, the next units beside it
-            j = u % width
-            more, _ = unit(u, Arg("scratch", 0).at(j * cols))
-            calls.append(sequence(more, joins=j > 0))
-        else:
-            more, work = unit(u, Arg("scratch", 0))
-            calls += more
-    return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep())
+        def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:
+            i, y0, rows = units[u]
+            band = {**values, "y0": y0, "oh": rows}
+            at = i * image + 4 * y0 * out_hw[1]
+            tasks = None if chains else functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])
+            im2col = Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), buffer),
+                          tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col", tasks)
+            more, work = product.calls(kind, 1, rows * out_hw[1], buffer,
+                                       None if residual is None else residual.at(at), out.at(at), Arg("scratch", 1),
+                                       "conv2d", None if len(bands) == 1 else pixels, rows=rows_of)
+            return [im2col, *more], work
+
+        calls: list[Call] = []
+        work = 0
+        for u in range(len(units)):
+            if chains:  # each unit's im2col then product on one thread, the next units beside it
+                j = u % width
+                more, _ = unit(u, Arg("scratch", 0).at(j * cols))
+                calls.append(sequence(more, joins=j > 0))
+            else:
+                more, work = unit(u, Arg("scratch", 0))
+                calls += more
+        return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep(), rows=form)
+
+    form = None
+    if kind == OWN_T and out.kind == "out" and not out.offset \
+            and (residual is None or (residual.kind == "in" and not residual.offset)):
+        form = PixelRows((), None if residual is None else residual.index, out.index, step)
+    return step()
 
 
 def _shared_out(bands: list[tuple[int, int]], n: int, out_hw: tuple[int, int], threads: int) -> list[tuple[int, int]]:

@@ -44,6 +44,7 @@ from metadef.codegen.native import (
     SGEMM_DIMS,
     native_function,
 )
+from metadef.codegen.native_gemm import gemm_lda
 
 log = logging.getLogger("metadef.backends.x86")
 
@@ -148,6 +149,41 @@ class NativeStep:
     checks: tuple[tuple[np.ndarray, Callable[[int], str]], ...] = field(default=(), repr=False)
     """Status words the calls write (int64 ``[flag, value]``) and the message for a raised flag:
     the program reads them after every run (an index out of range, say) and raises InputError."""
+    rows: PixelRows | None = field(default=None, repr=False, compare=False)
+    """How the step would read and write its values pixel-major (None: only as they are)."""
+
+
+@dataclass(frozen=True)
+class PixelRows:
+    """A step that computes with the pixels of 4-D float32 values as its tile's rows (a
+    pointwise conv through ``md_conv1x1t``), and so could read or write them *pixel-major*:
+    ``[n, h*w, ld]``, each pixel's ``c`` channels a row :func:`pixel_stride` floats long,
+    instead of NCHW. The program stores a value pixel-major where its producer and every
+    consumer agree (:func:`metadef.backends.x86.layouts.agree`): no transpose between two such
+    convs, and the producer's stores go row by row.
+
+    ``reads``: the step inputs it transposes into pixel rows (read in place when pixel-major);
+    ``residual``: the step input it adds to its output (pixel-major allowed: with an NCHW
+    output it is transposed back first); ``writes``: the step output it can store pixel-major
+    (only when its residual, if any, is pixel-major too); ``lower(args)``: the step with the
+    args in ``args`` (``("in", i)`` / ``("out", j)``) pixel-major."""
+
+    reads: tuple[int, ...]
+    residual: int | None
+    writes: int | None
+    lower: Callable[[frozenset[tuple[str, int]]], NativeStep] = field(repr=False, compare=False)
+
+
+def pixel_stride(channels: int) -> int:
+    """The floats from one pixel's channels to the next in a pixel-major value (and in the
+    transposed copies pointwise convs make): the channels, one cache line more where rows a
+    multiple of 4 KB apart would all fall in one set of the L1 cache.
+
+    Example:
+        >>> pixel_stride(256), pixel_stride(1024)
+        (256, 1040)
+    """
+    return gemm_lda(channels)
 
 
 Lowering = Callable[[Sequence[Shape | None], Sequence[Shape], Mapping[str, int]], "NativeStep | str"]
@@ -474,6 +510,6 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
     return lower
 
 
-__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "binding_threads", "gemm_lowering",
+__all__ = ["ALIAS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "PixelRows", "binding_threads", "gemm_lowering",
            "kernel_lowering", "kernel_tasks", "known_choice", "matmul_lowering", "measured_choice", "needing", "needs",
-           "sequence", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]
+           "pixel_stride", "sequence", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]

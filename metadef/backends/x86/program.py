@@ -54,7 +54,8 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
-from metadef.backends.x86.native import ALIAS, BINDING_THREADS, Arg, Call, NativeStep
+from metadef.backends.x86.layouts import agree, pixel_major_args
+from metadef.backends.x86.native import ALIAS, BINDING_THREADS, Arg, Call, NativeStep, pixel_stride
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
@@ -220,6 +221,7 @@ class BoundProgram:
         self.objects: list[np.ndarray | None] = []  # the string tensors steps made (OBJECTS storage)
         # (a NativeStep, or why the step runs from Python; its inputs; outputs; scratch buffers; index)
         lowered: list[tuple[NativeStep | str, list[_Storage | None], list[_Storage], list[int], int]] = []
+        viewed: set[int] = set()  # arena buffers read under another shape (a view) or returned
         self.views = 0
         for s, (step, out_types) in enumerate(zip(exe.steps, types)):
             if out_types is None:
@@ -242,6 +244,8 @@ class BoundProgram:
             if lowering is ALIAS and step.out_ids[0] not in outputs and ins[0] is not None:
                 view = ins[0]
                 storage[step.out_ids[0]] = _Storage(view.kind, view.index, tuple(out_types[0].shape), view.dtype)
+                if view.kind == ARENA:
+                    viewed.add(view.index)
                 self.views += 1
                 continue
             for i, t in zip(step.out_ids, out_types):
@@ -265,19 +269,19 @@ class BoundProgram:
                                       self.symbols)
                 except MetadefError as e:
                     native = f"{type(e).__name__}: {e}"
-            if isinstance(native, NativeStep):
-                scratch = []
-                for size in native.scratch:
-                    buffers.append([size, s, s])
-                    scratch.append(len(buffers) - 1)
-                lowered.append((native, ins, outs, scratch, s))
-            else:
-                lowered.append((native if isinstance(native, str) else "no native form", ins, outs, [], s))
+            lowered.append((native if isinstance(native, (NativeStep, str)) else "no native form", ins, outs, [], s))
         last = len(exe.steps) - 1
         for i in exe.output_ids:  # an output that is an intermediate's view: keep it to the end
             st = storage[i]
             if st.kind == ARENA:
                 buffers[st.index][2] = last
+                viewed.add(st.index)
+        self.pixel_major = self._agree_layouts(lowered, buffers, viewed)
+        for what, _, _, scratch, s in lowered:
+            if isinstance(what, NativeStep):
+                for size in what.scratch:
+                    buffers.append([size, s, s])
+                    scratch.append(len(buffers) - 1)
         self.plan = plan_arena([Buffer(size, start, end) for size, start, end in buffers])
         self.arena = np.empty(self.plan.peak + ALIGNMENT, np.uint8)
         base = self.arena.ctypes.data
@@ -287,6 +291,35 @@ class BoundProgram:
         self.key = (tuple(sorted(self.symbols.items())), self.threads)
         self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
         self._assemble(lowered, types)
+
+    def _agree_layouts(self, lowered: list[Any], buffers: list[list[int]], viewed: set[int]) -> int:
+        """Store pixel-major the arena values whose producer and consumers agree
+        (:func:`.layouts.agree`): lower those steps again with them so, size their buffers
+        for rows of :func:`.native.pixel_stride` floats; how many values that makes (logged
+        with their producers under ``METADEF_DEBUG=1``)."""
+        def key(st: _Storage | None) -> int | None:
+            return st.index if st is not None and st.kind == ARENA else None
+
+        keys = [([key(st) for st in ins], [key(st) for st in outs]) for _, ins, outs, _, _ in lowered]
+        forms = [what.rows if isinstance(what, NativeStep) else None for what, *_ in lowered]
+        chosen = agree([(rows, ins, outs) for rows, (ins, outs) in zip(forms, keys)], viewed)
+        if not chosen:
+            return 0
+        for at, (rows, (ins, outs)) in enumerate(zip(forms, keys)):
+            args = pixel_major_args(rows, ins, outs, chosen) if rows is not None else frozenset()
+            if args:
+                _, step_ins, step_outs, scratch, s = lowered[at]
+                lowered[at] = (rows.lower(args), step_ins, step_outs, scratch, s)
+                for kind, index in args:
+                    st = (step_ins if kind == "in" else step_outs)[index]
+                    assert st is not None and len(st.shape) == 4, st
+                    n, c, h, w = st.shape
+                    buffers[st.index][0] = n * h * w * pixel_stride(c) * st.dtype.itemsize
+        writers = [self.exe.steps[lowered[at][4]].node.name for at, (_, outs) in enumerate(keys)
+                   if any(v in chosen for v in outs)]
+        log.debug("layouts at %s: %d values pixel-major, written by %s", _binding(self.symbols), len(chosen),
+                  ", ".join(writers))
+        return len(chosen)
 
     def _address(self, st: _Storage | None) -> int | None:
         """A fixed address, or None for a graph input or output (patched per run)."""
@@ -492,9 +525,10 @@ class BoundProgram:
         binding = _binding(self.symbols)
         segments = sum(isinstance(s, _Segment) for s in self.segments)
         threads = f", {self.parallel_calls} split over {self.threads} threads" if self.parallel_calls else ""
+        rows = f", {self.pixel_major} values pixel-major" if self.pixel_major else ""
         return (f"native program for {binding}: {len(self.exe.steps)} steps ({self.native_calls} native calls{threads} "
                 f"in {segments} segment{'s' if segments != 1 else ''}, {self.python_steps} from Python, "
-                f"{self.views} views);\n  arena {self.plan.peak} bytes (lower bound {self.plan.lower_bound})")
+                f"{self.views} views{rows});\n  arena {self.plan.peak} bytes (lower bound {self.plan.lower_bound})")
 
 
 def _binding(symbols: Mapping[str, int]) -> str:

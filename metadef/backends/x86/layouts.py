@@ -1,0 +1,107 @@
+"""Which values a bound program stores pixel-major: where producer and consumers agree.
+
+Pointwise convs that take the pixels as their tile's rows (``md_conv1x1t``) transpose their
+NCHW input into pixel rows first and store their output column by column back into NCHW. Where
+such convs follow each other (a ResNet stage at 14x14 and 7x7: each block's output feeds the
+next block's first conv and, as the residual, its last), the value between them can stay
+pixel-major (:class:`.native.PixelRows`): the consumer reads it in place, the producer stores
+it row by row (``md_gemm``). A value can be stored so when its producer can write it so and
+every step that reads it can read it so. A step whose residual and output are in different
+layouts transposes the residual first (its tile reads both alike), so :func:`agree` starts
+from every value that can, and gives back, value by value, those that save no transpose.
+
+Example:
+    >>> from metadef.backends.x86.native import PixelRows
+    >>> conv = lambda *reads, residual=None: PixelRows(reads, residual, 0, lambda args: None)
+    >>> steps = [(conv(0), ["x"], ["a"]),                 # a = conv(x)
+    ...          (conv(0), ["a"], ["b"]),                 # b = conv(a)
+    ...          (conv(0, residual=1), ["b", "a"], ["c"]),  # c = conv(b) + a
+    ...          (None, ["c"], ["y"])]                    # y = something else of c
+    >>> sorted(agree(steps))  # (a pixel-major: c's residual transposed back, for b's transpose saved)
+    ['b']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Sequence
+
+from metadef.backends.x86.native import PixelRows
+
+ENABLED = True
+"""False: every value stays NCHW (tests; benchmarks that compare the two in one process)."""
+
+StepValues = tuple["PixelRows | None", Sequence["Hashable | None"], Sequence["Hashable | None"]]
+"""A step's pixel-rows form (None: it reads and writes values only as they are), the values
+it reads and those it writes, in its input and output positions (None: a value that is not a
+candidate: absent, a graph input or output, a constant)."""
+
+
+def agree(steps: Sequence[StepValues], pinned: Collection[Hashable] = ()) -> set[Hashable]:
+    """The values to store pixel-major: written by a step that can store them so, read only by
+    steps that can read them so, not ``pinned`` (read through a view of another shape, say),
+    and, of those, the ones whose layout saves transposes (:func:`transposes`); ties go, and
+    none unless they save one in all."""
+    producer: dict[Hashable, int] = {}
+    if not ENABLED:
+        return set()
+    for s, (rows, _, outs) in enumerate(steps):
+        if rows is not None and rows.writes is not None and rows.writes < len(outs):
+            value = outs[rows.writes]
+            if value is not None:
+                producer[value] = s
+    chosen = set(producer) - set(pinned)
+    for rows, ins, _ in steps:
+        for k, value in enumerate(ins):
+            if value in chosen and (rows is None or (k not in rows.reads and k != rows.residual)):
+                chosen.discard(value)
+    cost, changed = transposes(steps, chosen), True
+    while changed:
+        changed = False
+        for value in sorted(chosen, key=producer.__getitem__):
+            fewer = transposes(steps, chosen - {value})
+            if fewer <= cost:  # (a tie: NCHW, as the step wrote it, needs no residual transposed)
+                chosen.discard(value)
+                cost, changed = fewer, True
+    return chosen if cost < transposes(steps, ()) else set()
+
+
+def transposes(steps: Sequence[StepValues], chosen: Collection[Hashable]) -> int:
+    """How many transposes the steps with a pixel-rows form make with the values in ``chosen``
+    pixel-major: one for each input they read as pixel rows that is not, and one for each
+    residual in the other layout than their output.
+
+    Example:
+        >>> from metadef.backends.x86.native import PixelRows
+        >>> step = (PixelRows((0,), 1, 0, lambda args: None), ["x", "r"], ["y"])
+        >>> transposes([step], set()), transposes([step], {"x", "r"}), transposes([step], {"x", "y"})
+        (1, 1, 1)
+    """
+    count = 0
+    for rows, ins, outs in steps:
+        if rows is None:
+            continue
+        count += sum(1 for k in rows.reads if ins[k] is None or ins[k] not in chosen)
+        if rows.residual is not None:
+            out = outs[rows.writes] if rows.writes is not None else None
+            count += (ins[rows.residual] in chosen) != (out is not None and out in chosen)
+    return count
+
+
+def pixel_major_args(rows: PixelRows, ins: Sequence[Hashable | None], outs: Sequence[Hashable | None],
+                     chosen: Collection[Hashable]) -> frozenset[tuple[str, int]]:
+    """The args (``("in", i)``, ``("out", j)``) of a step with the pixel-rows form ``rows`` whose
+    values are in ``chosen``.
+
+    Example:
+        >>> rows = PixelRows((0,), 1, 0, lambda args: None)
+        >>> sorted(pixel_major_args(rows, ["a", "b"], ["c"], {"b", "c"}))
+        [('in', 1), ('out', 0)]
+    """
+    args = {("in", k) for k in (*rows.reads, *(() if rows.residual is None else (rows.residual,)))
+            if ins[k] is not None and ins[k] in chosen}
+    if rows.writes is not None and outs[rows.writes] is not None and outs[rows.writes] in chosen:
+        args.add(("out", rows.writes))
+    return frozenset(args)
+
+
+__all__ = ["ENABLED", "StepValues", "agree", "pixel_major_args", "transposes"]
