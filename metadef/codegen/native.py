@@ -55,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Callable
 
@@ -332,6 +333,10 @@ def _sgemm(module: ir.Module) -> None:
     b.ret_void()
 
 
+INPLACE_VARIANTS = tuple(f"{name}_inplace{s}" for name in ("md_depthwise", "md_maxpool3x3") for s in (1, 2))
+"""``md_depthwise`` and ``md_maxpool3x3`` for planes read in place at stride 1 or 2 only
+(:func:`.native_depthwise.in_place`): a model whose planes all are needs none of the rest."""
+
 ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_program": _program,
     "md_copy": _copy,
@@ -357,19 +362,21 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_softmax_rows": _softmax_rows,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
+    **{f"md_depthwise_inplace{s}": functools.partial(_depthwise, only_in_place=s) for s in (1, 2)},
+    **{f"md_maxpool3x3_inplace{s}": functools.partial(_depthwise, pool=True, only_in_place=s) for s in (1, 2)},
     "md_run_tasks": _pool_module,
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_bmm", "md_depthwise",
-                              "md_maxpool3x3", "md_sgemm", "md_winograd_in", "md_winograd_out", "md_winograd4_in",
-                              "md_winograd4_out"})
+                              "md_maxpool3x3", *INPLACE_VARIANTS, "md_sgemm",
+                              "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""
-VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", "md_transpose", "md_pad2d", "md_run_program",
-                                "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather", "md_fill",
-                                "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in", "md_winograd4_out",
-                                "md_softmax_rows"})
+VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, "md_transpose", "md_pad2d",
+                                "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather",
+                                "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
+                                "md_winograd4_out", "md_softmax_rows"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,

@@ -271,12 +271,34 @@ def _copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, width: ir.Value, room: 
     _if(b, b.icmp_signed("<", at, width), rest)
 
 
-def _depthwise(module: ir.Module, pool: bool = False) -> None:
+def in_place(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int], begin: tuple[int, int]) -> bool:
+    """Whether ``md_depthwise`` / ``md_maxpool3x3`` read planes of these shapes in place (no
+    padded copy): one pixel of padding before each axis and, at stride 1, the output the
+    input's size (at least 9 wide), at stride 2 half of it (at least 16 wide), or the 7- and
+    14-wide planes of :data:`NARROW` (at least 2 output rows). Where it holds, the routine's
+    ``_inplace1`` or ``_inplace2`` variant (by the stride), without the padded walk and the
+    other stride, computes the same (``md_maxpool3x3``: 490 ms of LLVM here; its variants
+    ~60-100 each).
+
+    Example:
+        >>> in_place((112, 112), (56, 56), (2, 2), (1, 1)), in_place((9, 9), (9, 9), (1, 1), (0, 0))
+        (True, False)
+    """
+    (h, w), (oh, ow) = hw, out_hw
+    same = strides == (1, 1) and (oh, ow) == (h, w)
+    halved = strides == (2, 2) and (2 * oh, 2 * ow) == (h, w)
+    narrow = ((same and w == NARROW[1]) or (halved and w == NARROW[2])) and oh >= 2
+    return begin == (1, 1) and ((same and w >= 9) or (halved and w >= 16) or narrow)
+
+
+def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None = None) -> None:
     """``md_depthwise``, or with ``pool`` ``md_maxpool3x3``: the same walk over padded planes
     (padded with -inf, not zeros), each output the maximum of its window; ``w`` and ``bias``
-    are not read (null)."""
-    rows = {s: _interior(module, s, pool) for s in (1, 2, None)}
-    b, args, dims = _define(module, "md_maxpool3x3" if pool else "md_depthwise")
+    are not read (null). ``only_in_place``: a stride, for the variant ``..._inplace{stride}``
+    that computes planes :func:`in_place` holds for at that stride, and nothing else."""
+    name = ("md_maxpool3x3" if pool else "md_depthwise") + (f"_inplace{only_in_place}" if only_in_place else "")
+    rows = {} if only_in_place else {s: _interior(module, s, pool) for s in (1, 2, None)}
+    b, args, dims = _define(module, name)
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(DEPTHWISE_DIMS)}
     lo, hi = _float_bits(b, d["lo"]), _float_bits(b, d["hi"])
@@ -284,8 +306,9 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
     last_plane = b.sdiv(b.mul(d["planes"], b.add(d["task"], I64(1))), d["tasks"])
     sh, sw, pt, pl, height, width = d["sh"], d["sw"], d["pt"], d["pl"], d["h"], d["w"]
     oh, ow = d["oh"], d["ow"]
-    if native_inplace.DIRECT:
-        directs = {st: _direct(module, st, pool) for st in (1, 2)}
+    if native_inplace.DIRECT or only_in_place:
+        strides = (only_in_place,) if only_in_place else (1, 2)
+        directs = {st: _direct(module, st, pool) for st in strides}
         fill_value = F32(-math.inf) if pool else F32(0.0)
 
         def eq(a: ir.Value, v: ir.Value) -> ir.Value:
@@ -300,7 +323,7 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
         same = b.and_(same, b.icmp_signed(">=", width, I64(9)))
         halved = b.and_(halved, b.icmp_signed(">=", width, I64(16)))
         direct = b.and_(b.and_(eq(pt, I64(1)), eq(pl, I64(1))), b.or_(b.or_(same, halved), narrow))
-        narrows = {st: _narrow(module, st, pool) for st in (1, 2)}
+        narrows = {st: _narrow(module, st, pool) for st in strides}
         done = b.append_basic_block("direct_done")
         rest = b.append_basic_block("padded")
         go = b.append_basic_block("direct")
@@ -319,6 +342,13 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
             call = [_elem(b, y, b.mul(p, b.mul(oh, ow))), _elem(b, x, b.mul(p, b.mul(height, width))), width,
                     _elem(b, w, b.mul(channel, I64(9))), beta, lo, hi, oh, ow, height, fill_line]
             thin = [call[0], call[1], call[3], beta, lo, hi, oh, height, fill_line]
+            if only_in_place:
+                with b.if_else(narrow) as (few, many):
+                    with few:
+                        b.call(narrows[only_in_place], thin)
+                    with many:
+                        b.call(directs[only_in_place], call)
+                return
             with b.if_else(narrow) as (few, many):
                 with few, b.if_else(eq(sh, I64(1))) as (one, two):
                     with one:
@@ -334,6 +364,11 @@ def _depthwise(module: ir.Module, pool: bool = False) -> None:
         _loop(b, first_plane, last_plane, direct_plane)
         b.branch(done)
         b.position_at_end(rest)
+        if only_in_place:  # (the lowering calls it for such planes only)
+            b.branch(done)
+            b.position_at_end(done)
+            b.ret_void()
+            return
     # one padded plane on the stack, zeros around the image: as wide and tall as every read
     # of the outputs needs (plus 8 floats: a vector's reach)
     reach = _smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width))

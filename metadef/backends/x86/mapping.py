@@ -263,7 +263,8 @@ def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequenc
     general = conv_lowering(attrs, sources, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
                             weight, weight_product(attrs, weight, consts, bias, _dtype_of(node)))
     if _depthwise3x3(node, consts):
-        return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general)
+        return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general,
+                                          conv1x1.static_planes(node))
     if weight is None or not conv1x1.pointwise(attrs, weight, _dtype_of(node)):
         return general
     return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general,
@@ -405,7 +406,8 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
     bias = sources[2] if len(sources) > 2 else NULL
     out = Arg("out", split.epilogue_positions[0])
     if value is None and _depthwise3x3(anchor, consts):
-        return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise)
+        return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise,
+                                          conv1x1.static_planes(anchor))
     weight, residual = consts[1] if len(consts) > 1 else None, None
     if value is not None:
         at = next((i for i, v in enumerate(body.inputs) if v is value), None)

@@ -14,9 +14,10 @@ import pytest
 
 import metadef as md
 from metadef.backends.x86 import conv1x1, conv_lowering
+from metadef.backends.x86.native import needs as native_needs
 from metadef.codegen.native import ENTRY, IM2COL_DIMS, native_function
 from metadef.codegen.native_bmm import bmm_dims
-from metadef.codegen.native_depthwise import depthwise_dims
+from metadef.codegen.native_depthwise import depthwise_dims, in_place
 from metadef.codegen.native_gemm import (
     CHUNK_BYTES,
     NR,
@@ -335,21 +336,29 @@ def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
     (9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]), (16, 16, 1, [1, 1, 0, 0]),
 ])
 def test_planes_read_in_place_match_the_reference(h: int, w: int, stride: int, pads: list[int]) -> None:
+    """... by the whole routines and, where the planes are read in place (all but the last
+    four cases), by the routines' in-place variants for the stride too."""
     n, c = 2, 3
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
     x[1, 2, h // 2, w - 1] = np.nan  # (a NaN at a row's end: max and the sums carry it)
     wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
     b = RNG.standard_normal(c, dtype=np.float32)
     want = np.clip(_conv_ort(x, wt, b, [stride] * 2, pads), 0.0, 6.0)
-    y = np.full(want.shape, -7.0, np.float32)
-    dims = depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride), (pads[0], pads[1]), lo=0.0, hi=6.0)
-    _call("md_depthwise", [x, wt, b, y], dims)
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    padded = (h, w, stride, pads) in [(9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]),
+                                      (16, 16, 1, [1, 1, 0, 0])]
+    assert in_place((h, w), want.shape[2:], (stride, stride), (pads[0], pads[1])) is not padded
+    variants = ("", f"_inplace{stride}") if not padded else ("",)
+    for variant in variants:
+        y = np.full(want.shape, -7.0, np.float32)
+        dims = depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride), (pads[0], pads[1]), lo=0.0, hi=6.0)
+        _call("md_depthwise" + variant, [x, wt, b, y], dims)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     want = _pool_ort(x, [stride] * 2, pads)
-    y = np.full(want.shape, -7.0, np.float32)
-    _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride),
-                                                               (pads[0], pads[1])))
-    np.testing.assert_array_equal(y, want)
+    for variant in variants:
+        y = np.full(want.shape, -7.0, np.float32)
+        _call("md_maxpool3x3" + variant, [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:],
+                                                                             (stride, stride), (pads[0], pads[1])))
+        np.testing.assert_array_equal(y, want)
 
 
 @pytest.mark.parametrize(("h", "w", "stride"), [(7, 7, 1), (3, 7, 1), (14, 14, 2), (4, 14, 2), (9, 16, 1),
@@ -795,6 +804,32 @@ def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
             np.testing.assert_array_equal(got[k], want[k])
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
     assert kinds["maxpool 3x3"] == 4 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
+
+
+@pytest.mark.parametrize("size", ["16", "s"])
+def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) -> None:
+    """A max pool and depthwise convs over 16x16 planes (stride 2 and 1, one pixel of padding):
+    with the planes' size in the graph, their steps need only ``..._inplace2`` and
+    ``..._inplace1`` (a sixth of the routines' LLVM time); with a symbolic size, the whole
+    routines, which read any plane. The outputs are the reference backend's either way."""
+    g = GraphBuilder("planes")
+    x = g.input("x", parse_type(f"f32[n,4,{size},{size}]"))
+    y, = g.node("MaxPool", [x], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+    w = g.const("w", RNG.standard_normal((4, 1, 3, 3), dtype=np.float32))
+    z, = g.node("Conv", [x, w], {"kernel_shape": [3, 3], "group": 4, "pads": [1, 1, 1, 1]})
+    z, = g.node("Relu", [z])
+    g.output(y)
+    g.output(z)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
+    feeds = {"x": RNG.standard_normal((2, 4, 16, 16), dtype=np.float32)}
+    got, want = exe.run(feeds), ref.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+    routines = {r for s in exe.executable.steps for r in native_needs(s.native)}
+    whole = {"md_maxpool3x3", "md_depthwise"}
+    variants = {"md_maxpool3x3_inplace2", "md_depthwise_inplace1"}
+    assert (routines & (whole | variants)) == (variants if size == "16" else whole)
 
 
 AVX2_SCRIPT = """
