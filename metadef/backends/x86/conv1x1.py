@@ -291,7 +291,7 @@ class WeightProduct:
 
     def calls(self, kind: str, n: int, p: int, x: Arg, residual: Arg | None, out: Arg, work: Arg,
               what: str, y_stride: int | None = None, split_from: int = PARALLEL_PRODUCT,
-              rows: Collection[str] = ()) -> tuple[list[Call], int]:
+              rows: Collection[str] = (), gather: tuple[int, int, int] | None = None) -> tuple[list[Call], int]:
         """The calls of ``kind`` (``OWN``, ``OWN_C`` or ``OWN_T``) over ``n`` images of ``p``
         pixels, and the bytes of workspace they need at ``work``; ``y_stride`` (``OWN`` and
         ``OWN_C`` only): the floats between rows of the output and residual, when ``x`` holds
@@ -299,7 +299,10 @@ class WeightProduct:
         splits across threads; ``rows`` (``OWN_T`` only): which of ``"x"``, ``"residual"`` and
         ``"out"`` are pixel-major (:class:`.native.PixelRows`): the input read in place, the
         output stored by ``md_gemm`` row by row; a residual in the other layout than the
-        output is transposed into the workspace first."""
+        output is transposed into the workspace first. ``gather``: ``(output rows, stride,
+        input width)`` of a strided pointwise conv whose pixel-major input (``"x"`` in ``rows``)
+        has every ``stride``-th pixel of every ``stride``-th row copied into the workspace as
+        pixel rows (``md_copy_rows``, an output row a call), in place of a transpose."""
         lo, hi = self.bounds
         cout, depth = self.cout, self.depth
         packed, zeros = self.packed(kind)
@@ -339,7 +342,16 @@ class WeightProduct:
             return split
 
         calls, used, xt = [], 0, x
-        if "x" not in rows:  # (each image's channels-major input as pixel rows, in the workspace)
+        assert gather is None or "x" in rows, "a strided input is read pixel-major"
+        if gather is not None:  # its pixels `stride` apart in rows `stride` apart, as pixel rows in the workspace
+            oh, stride, width = gather
+            ow = p // oh
+            for row in range(n * oh):  # (image i's output row oy: row i * oh + oy, input row stride * row)
+                calls.append(Call(native_function("md_copy_rows"),
+                                  (x.at(4 * row * stride * width * ldx), work.at(4 * row * ow * ldx)),
+                                  (ow, 4 * depth, 4 * stride * ldx, 4 * ldx), what + " pixel rows gathered"))
+            xt, used = work, n * ldx * p * 4
+        elif "x" not in rows:  # (each image's channels-major input as pixel rows, in the workspace)
             calls.append(Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
                               what + " transpose", flips(depth, p, ld=ldx)))
             xt, used = work, n * ldx * p * 4

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -223,53 +224,77 @@ def im2col_product(product: WeightProduct, sx: Shape, kernel: tuple[int, ...], w
         return timed_call(native_function("md_im2col_task"), [image.ctypes.data, columns.ctypes.data],
                           tuple(values[d] for d in IM2COL_DIMS))
 
+    # a strided pointwise conv halving its input exactly can read a pixel-major input in place
+    stride = int(win.strides[0])
+    gathers = kernel == (1, 1) and tuple(win.dilations) == (1, 1) and not any(begin) and stride > 1 \
+        and tuple(win.strides) == (stride, stride) and (h, w) == (stride * out_hw[0], stride * out_hw[1]) \
+        and x.kind == "in" and not x.offset
     direct = direct_step(product, sx, kernel, win, begin, out_hw, x, residual, out, kind, im2col_call)
-    if direct is not None:
+    if (direct is not None and not gathers) or kind == BLAS:
         return direct
-    if kind == BLAS:
-        return None
+    plain = out.kind == "out" and not out.offset \
+        and (residual is None or (residual.kind == "in" and not residual.offset))
+
+    def step(pixel_major: frozenset[tuple[str, int]] = frozenset()) -> NativeStep:
+        named = {"x": x, "residual": residual, "out": out}
+        rows_of = [name for name, arg in named.items() if arg is not None and (arg.kind, arg.index) in pixel_major]
+        if "x" in rows_of:  # (the input read in place: no im2col, no transpose)
+            calls, work = product.calls(OWN_T, n, pixels, x, residual, out, Arg("scratch", 0), "conv2d",
+                                        rows=rows_of, gather=(out_hw[0], stride, w))
+            return NativeStep(tuple(calls), (work,) if work else (), product.keep(), rows=form)
+        if not rows_of and direct is not None:  # (as the race chose)
+            return dataclasses.replace(direct, rows=form)
+        # (an argument pixel-major: pixels as rows, an image a unit)
+        return _im2col_units(product, kind if not rows_of else OWN_T, bands if not rows_of else [(0, out_hw[0])],
+                             sx, out_hw, values, x, residual, out, rows_of, form)
+
+    form = None
+    if plain and (kind == OWN_T or gathers):
+        form = PixelRows((x.index,) if gathers else (), None if residual is None else residual.index, out.index,
+                         step)
+    return step()
+
+
+def _im2col_units(product: WeightProduct, kind: str, bands: list[tuple[int, int]], sx: Shape,
+                  out_hw: tuple[int, int], values: Mapping[str, int], x: Arg, residual: Arg | None, out: Arg,
+                  rows_of: Sequence[str], form: PixelRows | None) -> NativeStep:
+    """Each image's (or band's) im2col, then its product of ``kind`` (see :func:`im2col_product`;
+    ``rows_of``: the product's pixel-major arguments, as :meth:`WeightProduct.calls` takes them)."""
+    n, c, h, w = sx
+    pixels = out_hw[0] * out_hw[1]
+    taps = values["kh"] * values["kw"]
     if kind not in ORDERS:
         bands = [(0, out_hw[0])]
     units = [(i, y0, rows) for i in range(n) for y0, rows in bands]
     cols = c * taps * max(rows for _, rows in bands) * out_hw[1] * 4
     chains = len(units) > 1 and kind in ORDERS  # (one product call a unit)
     width = max(1, binding_threads()) if chains else 1  # column buffers: units side by side in a group
+    # (an image's output: channels-major, or pixel-major rows of pixel_stride(cout) floats)
+    image = 4 * pixels * (pixel_stride(product.cout) if "out" in rows_of else product.cout)
 
-    def step(pixel_major: frozenset[tuple[str, int]] = frozenset()) -> NativeStep:
-        named = {"residual": residual, "out": out}
-        rows_of = [name for name, arg in named.items() if arg is not None and (arg.kind, arg.index) in pixel_major]
-        # (an image's output: channels-major, or pixel-major rows of pixel_stride(cout) floats)
-        image = 4 * pixels * (pixel_stride(product.cout) if "out" in rows_of else product.cout)
+    def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:
+        i, y0, rows = units[u]
+        band = {**values, "y0": y0, "oh": rows}
+        at = i * image + 4 * y0 * out_hw[1]
+        tasks = None if chains else functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])
+        im2col = Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), buffer),
+                      tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col", tasks)
+        more, work = product.calls(kind, 1, rows * out_hw[1], buffer,
+                                   None if residual is None else residual.at(at), out.at(at), Arg("scratch", 1),
+                                   "conv2d", None if len(bands) == 1 else pixels, rows=rows_of)
+        return [im2col, *more], work
 
-        def unit(u: int, buffer: Arg) -> tuple[list[Call], int]:
-            i, y0, rows = units[u]
-            band = {**values, "y0": y0, "oh": rows}
-            at = i * image + 4 * y0 * out_hw[1]
-            tasks = None if chains else functools.partial(_im2col_tasks, band, c, c * taps * rows * out_hw[1])
-            im2col = Call(native_function("md_im2col_task"), (x.at(4 * i * c * h * w), buffer),
-                          tuple(band[d] for d in IM2COL_DIMS), "conv2d im2col", tasks)
-            more, work = product.calls(kind, 1, rows * out_hw[1], buffer,
-                                       None if residual is None else residual.at(at), out.at(at), Arg("scratch", 1),
-                                       "conv2d", None if len(bands) == 1 else pixels, rows=rows_of)
-            return [im2col, *more], work
-
-        calls: list[Call] = []
-        work = 0
-        for u in range(len(units)):
-            if chains:  # each unit's im2col then product on one thread, the next units beside it
-                j = u % width
-                more, _ = unit(u, Arg("scratch", 0).at(j * cols))
-                calls.append(sequence(more, joins=j > 0))
-            else:
-                more, work = unit(u, Arg("scratch", 0))
-                calls += more
-        return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep(), rows=form)
-
-    form = None
-    if kind == OWN_T and out.kind == "out" and not out.offset \
-            and (residual is None or (residual.kind == "in" and not residual.offset)):
-        form = PixelRows((), None if residual is None else residual.index, out.index, step)
-    return step()
+    calls: list[Call] = []
+    work = 0
+    for u in range(len(units)):
+        if chains:  # each unit's im2col then product on one thread, the next units beside it
+            j = u % width
+            more, _ = unit(u, Arg("scratch", 0).at(j * cols))
+            calls.append(sequence(more, joins=j > 0))
+        else:
+            more, work = unit(u, Arg("scratch", 0))
+            calls += more
+    return NativeStep(tuple(calls), (width * cols, *((work,) if work else ())), product.keep(), rows=form)
 
 
 def _shared_out(bands: list[tuple[int, int]], n: int, out_hw: tuple[int, int], threads: int) -> list[tuple[int, int]]:

@@ -152,3 +152,47 @@ def test_a_stage_of_pointwise_convs_matches_the_reference(threads: int, monkeypa
     assert kinds[True]["conv2d own kernel, pixel rows stored + epilogue"] == 2 * 3
     assert kinds[True]["conv2d 1x1 residual transpose"] >= 1
     assert kinds[True]["conv2d 1x1 transpose"] < kinds[False]["conv2d 1x1 transpose"]
+
+
+def _downsample() -> md.Graph:
+    """Pointwise convs at 8x8, then a stride-2 pointwise conv (8x8 -> 4x4) of a pixel-major
+    value, and one more pointwise conv with that as its residual."""
+    g = GraphBuilder("downsample")
+    x = g.input("x", parse_type("f32[n,16,8,8]"))
+
+    def conv(v: object, cout: int, cin: int, residual: object = None, **attrs: object) -> object:
+        w = RNG.standard_normal((cout, cin, 1, 1), dtype=np.float32) * (0.5 / cin ** 0.5)
+        y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w),
+                             g.const(f"b{len(g.nodes)}", RNG.standard_normal(cout, dtype=np.float32))],
+                    {"kernel_shape": [1, 1], **attrs})
+        if residual is not None:
+            y, = g.node("Add", [y, residual])
+        y, = g.node("Relu", [y])
+        return y
+
+    a = conv(x, 32, 16)
+    b = conv(a, 32, 32, residual=a)
+    d = conv(b, 24, 32, strides=[2, 2])  # b's every other pixel of every other row, read pixel-major
+    e = conv(d, 24, 24, residual=d)
+    g.output(conv(e, 8, 24))
+    return g.build()
+
+
+@pytest.mark.jit
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_strided_pointwise_conv_gathers_its_pixel_major_input(threads: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strided conv copies the pixels it reads as rows (no im2col, no transpose) and
+    computes the reference backend's outputs, on two batch sizes."""
+    monkeypatch.setattr(conv1x1, "PREFER", conv1x1.OWN_T)
+    graph = md.optimize(_downsample(), level="aggressive")
+    ref = md.compile(graph, target="reference")
+    session = md.compile(graph, target="x86", threads=threads, cache=False)
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 16, 8, 8), dtype=np.float32)}
+        got, want = session.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+    kinds = session.executable.programs.bound({"n": 3}).call_kinds
+    assert kinds["conv2d pixel rows gathered"] == 3 * 4  # (an output row of an image a call)
+    assert "conv2d im2col" not in kinds and "conv2d transpose" not in kinds
