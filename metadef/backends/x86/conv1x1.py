@@ -349,7 +349,8 @@ class WeightProduct:
             for row in range(n * oh):  # (image i's output row oy: row i * oh + oy, input row stride * row)
                 calls.append(Call(native_function("md_copy_rows"),
                                   (x.at(4 * row * stride * width * ldx), work.at(4 * row * ow * ldx)),
-                                  (ow, 4 * depth, 4 * stride * ldx, 4 * ldx), what + " pixel rows gathered"))
+                                  (ow, 4 * depth, 4 * stride * ldx, 4 * ldx), what + " pixel rows gathered",
+                                  joins=row > 0))  # (disjoint rows: one group of the pool, no barriers between)
             xt, used = work, n * ldx * p * 4
         elif "x" not in rows:  # (each image's channels-major input as pixel rows, in the workspace)
             calls.append(Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
