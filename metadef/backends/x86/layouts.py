@@ -54,15 +54,20 @@ def agree(steps: Sequence[StepValues], pinned: Collection[Hashable] = ()) -> set
         for k, value in enumerate(ins):
             if value in chosen and (rows is None or (k not in rows.reads and k != rows.residual)):
                 chosen.discard(value)
-    cost, changed = transposes(steps, chosen), True
+    touching: dict[Hashable, list[StepValues]] = {value: [] for value in chosen}  # (its cost changes there only)
+    for step in steps:
+        if step[0] is not None:
+            for value in {*step[1], *step[2]} & chosen:
+                touching[value].append(step)
+    changed = True
     while changed:
         changed = False
         for value in sorted(chosen, key=producer.__getitem__):
-            fewer = transposes(steps, chosen - {value})
-            if fewer <= cost:  # (a tie: NCHW, as the step wrote it, needs no residual transposed)
+            near = touching[value]
+            if transposes(near, chosen - {value}) <= transposes(near, chosen):  # (a tie: NCHW, as written)
                 chosen.discard(value)
-                cost, changed = fewer, True
-    return chosen if cost < transposes(steps, ()) else set()
+                changed = True
+    return chosen if transposes(steps, chosen) < transposes(steps, ()) else set()
 
 
 def transposes(steps: Sequence[StepValues], chosen: Collection[Hashable]) -> int:
