@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,12 +94,9 @@ def test_agreed_values_are_written_and_read_pixel_major_and_save_transposes(step
     assert not chosen or transposes(steps, chosen) < transposes(steps, none)
 
 
-def _stage() -> md.Graph:
-    """Pointwise convs at 7x7 with skip connections, a strided pointwise conv between them,
-    and values that leave the chain: a graph output, a strided conv's input."""
-    g = GraphBuilder("stage")
-    x = g.input("x", parse_type("f32[n,16,7,7]"))
-
+def _pointwise(g: GraphBuilder) -> Callable[..., Any]:
+    """``conv(v, cout, cin, residual=None, relu=True, **attrs)``: a 1x1 Conv with a bias in
+    ``g`` (random weights), then the residual added and a Relu."""
     def conv(v: object, cout: int, cin: int, residual: object = None, relu: bool = True, **attrs: object) -> object:
         w = RNG.standard_normal((cout, cin, 1, 1), dtype=np.float32) * (0.5 / cin ** 0.5)
         y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w),
@@ -109,6 +107,15 @@ def _stage() -> md.Graph:
         if relu:
             y, = g.node("Relu", [y])
         return y
+    return conv
+
+
+def _stage() -> md.Graph:
+    """Pointwise convs at 7x7 with skip connections, a strided pointwise conv between them,
+    and values that leave the chain: a graph output, a strided conv's input."""
+    g = GraphBuilder("stage")
+    x = g.input("x", parse_type("f32[n,16,7,7]"))
+    conv = _pointwise(g)
 
     a = conv(x, 32, 16)  # x: an NCHW graph input, transposed
     b = conv(a, 32, 32, residual=a)  # a read as pixel rows and as the residual
@@ -159,16 +166,7 @@ def _downsample() -> md.Graph:
     value, and one more pointwise conv with that as its residual."""
     g = GraphBuilder("downsample")
     x = g.input("x", parse_type("f32[n,16,8,8]"))
-
-    def conv(v: object, cout: int, cin: int, residual: object = None, **attrs: object) -> object:
-        w = RNG.standard_normal((cout, cin, 1, 1), dtype=np.float32) * (0.5 / cin ** 0.5)
-        y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w),
-                             g.const(f"b{len(g.nodes)}", RNG.standard_normal(cout, dtype=np.float32))],
-                    {"kernel_shape": [1, 1], **attrs})
-        if residual is not None:
-            y, = g.node("Add", [y, residual])
-        y, = g.node("Relu", [y])
-        return y
+    conv = _pointwise(g)
 
     a = conv(x, 32, 16)
     b = conv(a, 32, 32, residual=a)
