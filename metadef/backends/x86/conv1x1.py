@@ -481,7 +481,15 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
 
 def static_planes(node: Node) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The planes (height, width) of a 4-D node's first input and first output where both are
-    known before any binding (a batch dimension may still be symbolic), else None."""
+    known before any binding (a batch dimension may still be symbolic), else None.
+
+    Example:
+        >>> from metadef.ir import parse_graph
+        >>> g = parse_graph("graph g(%x: f32[n,4,8,8]) -> (%y) { %y: f32[n,4,4,4] = "
+        ...                 "MaxPool(%x) {kernel_shape=[2,2], strides=[2,2]} @pool return %y }")
+        >>> static_planes(g.nodes[0])
+        ((8, 8), (4, 4))
+    """
     shapes = [v.type.shape if v is not None and v.type is not None else None
               for v in (node.inputs[0] if node.inputs else None, node.outputs[0] if node.outputs else None)]
     if any(s is None or len(s) != 4 or not all(isinstance(d, int) for d in s[2:]) for s in shapes):

@@ -40,7 +40,13 @@ def agree(steps: Sequence[StepValues], pinned: Collection[Hashable] = ()) -> set
     """The values to store pixel-major: written by a step that can store them so, read only by
     steps that can read them so, not ``pinned`` (read through a view of another shape, say),
     and, of those, the ones whose layout saves transposes (:func:`transposes`); ties go, and
-    none unless they save one in all."""
+    none unless they save one in all.
+
+    Example:
+        >>> conv = PixelRows((0,), None, 0, lambda args: None)
+        >>> agree([(conv, ["x"], ["a"]), (conv, ["a"], ["b"])]), agree([(conv, ["x"], ["a"]), (None, ["a"], ["b"])])
+        ({'a'}, set())
+    """
     producer: dict[Hashable, int] = {}
     if not ENABLED:
         return set()

@@ -166,7 +166,13 @@ class PixelRows:
     ``residual``: the step input it adds to its output (pixel-major allowed: with an NCHW
     output it is transposed back first); ``writes``: the step output it can store pixel-major
     (only when its residual, if any, is pixel-major too); ``lower(args)``: the step with the
-    args in ``args`` (``("in", i)`` / ``("out", j)``) pixel-major."""
+    args in ``args`` (``("in", i)`` / ``("out", j)``) pixel-major.
+
+    Example:
+        >>> rows = PixelRows(reads=(0,), residual=1, writes=0, lower=lambda args: NativeStep(()))
+        >>> rows.lower(frozenset({("in", 0)})).calls
+        ()
+    """
 
     reads: tuple[int, ...]
     residual: int | None
