@@ -11,7 +11,7 @@ layouts transposes the residual first (its tile reads both alike), so :func:`agr
 from every value that can, and gives back, value by value, those that save no transpose.
 
 Example:
-    >>> from metadef.backends.x86.native import PixelRows
+    >>> from metadef.backends.x86.native import NativeStep, PixelRows, pixel_stride
     >>> conv = lambda *reads, residual=None: PixelRows(reads, residual, 0, lambda args: None)
     >>> steps = [(conv(0), ["x"], ["a"]),                 # a = conv(x)
     ...          (conv(0), ["a"], ["b"]),                 # b = conv(a)
@@ -23,9 +23,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
+from typing import Any
 
-from metadef.backends.x86.native import PixelRows
+from metadef.backends.x86.native import NativeStep, PixelRows, pixel_stride
 
 ENABLED = True
 """False: every value stays NCHW (tests; benchmarks that compare the two in one process)."""
@@ -82,7 +83,7 @@ def transposes(steps: Sequence[StepValues], chosen: Collection[Hashable]) -> int
     residual in the other layout than their output.
 
     Example:
-        >>> from metadef.backends.x86.native import PixelRows
+        >>> from metadef.backends.x86.native import NativeStep, PixelRows, pixel_stride
         >>> step = (PixelRows((0,), 1, 0, lambda args: None), ["x", "r"], ["y"])
         >>> transposes([step], set()), transposes([step], {"x", "r"}), transposes([step], {"x", "y"})
         (1, 1, 1)
@@ -115,4 +116,36 @@ def pixel_major_args(rows: PixelRows, ins: Sequence[Hashable | None], outs: Sequ
     return frozenset(args)
 
 
-__all__ = ["ENABLED", "StepValues", "agree", "pixel_major_args", "transposes"]
+def settle(lowered: list[Any], buffers: list[list[int]], pinned: Collection[Hashable],
+           key: Callable[[Any], Hashable | None]) -> tuple[set[Hashable], list[int]]:
+    """Agree the layouts of a program being bound (:func:`agree`): ``lowered`` holds each
+    step's ``(NativeStep or why not, input storages, output storages, scratch, step index)``,
+    ``buffers`` the arena's ``[size, start, end]``, ``key`` a storage's value (its arena
+    buffer; None: not a candidate). The steps that read or write a chosen value are lowered
+    again with it pixel-major, in place in ``lowered``, and its buffer sized for rows of
+    :func:`.native.pixel_stride` floats. Returns the chosen values and the step indices that
+    write them.
+
+    Example:
+        >>> settle([("numpy", [None], [None], [], 0)], [], (), lambda st: None)
+        (set(), [])
+    """
+    keys = [([key(st) for st in ins], [key(st) for st in outs]) for _, ins, outs, _, _ in lowered]
+    forms = [what.rows if isinstance(what, NativeStep) else None for what, *_ in lowered]
+    chosen = agree([(rows, ins, outs) for rows, (ins, outs) in zip(forms, keys)], pinned)
+    if not chosen:
+        return chosen, []
+    for at, (rows, (ins, outs)) in enumerate(zip(forms, keys)):
+        args = pixel_major_args(rows, ins, outs, chosen) if rows is not None else frozenset()
+        if args:
+            _, step_ins, step_outs, scratch, s = lowered[at]
+            lowered[at] = (rows.lower(args), step_ins, step_outs, scratch, s)
+            for kind, index in args:
+                st = (step_ins if kind == "in" else step_outs)[index]
+                assert st is not None and len(st.shape) == 4, st
+                n, c, h, w = st.shape
+                buffers[st.index][0] = n * h * w * pixel_stride(c) * st.dtype.itemsize
+    return chosen, [lowered[at][4] for at, (_, outs) in enumerate(keys) if any(v in chosen for v in outs)]
+
+
+__all__ = ["ENABLED", "StepValues", "agree", "pixel_major_args", "settle", "transposes"]

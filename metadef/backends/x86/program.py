@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from metadef.analysis.arena import ALIGNMENT, Buffer, plan_arena
-from metadef.backends.x86.layouts import agree, pixel_major_args
-from metadef.backends.x86.native import ALIAS, BINDING_THREADS, Arg, Call, NativeStep, pixel_stride
+from metadef.backends.x86.layouts import settle
+from metadef.backends.x86.native import ALIAS, BINDING_THREADS, Arg, Call, NativeStep
 from metadef.backends.x86.threads import WorkerPool, current_threads, worker_pool
 from metadef.codegen.kernel import kernel_store
 from metadef.codegen.native import PROGRAM, native_function
@@ -276,7 +276,13 @@ class BoundProgram:
             if st.kind == ARENA:
                 buffers[st.index][2] = last
                 viewed.add(st.index)
-        self.pixel_major = self._agree_layouts(lowered, buffers, viewed)
+        chosen, writers = settle(lowered, buffers, viewed,
+                                 lambda st: st.index if st is not None and st.kind == ARENA else None)
+        self.pixel_major = len(chosen)
+        """How many values this binding stores pixel-major (:mod:`.layouts`)."""
+        if chosen:
+            log.debug("layouts at %s: %d values pixel-major, written by %s", _binding(self.symbols), len(chosen),
+                      ", ".join(exe.steps[s].node.name for s in writers))
         for what, _, _, scratch, s in lowered:
             if isinstance(what, NativeStep):
                 for size in what.scratch:
@@ -291,35 +297,6 @@ class BoundProgram:
         self.key = (tuple(sorted(self.symbols.items())), self.threads)
         self.input_specs = [(storage[i].shape, storage[i].dtype) for i in exe.input_ids]
         self._assemble(lowered, types)
-
-    def _agree_layouts(self, lowered: list[Any], buffers: list[list[int]], viewed: set[int]) -> int:
-        """Store pixel-major the arena values whose producer and consumers agree
-        (:func:`.layouts.agree`): lower those steps again with them so, size their buffers
-        for rows of :func:`.native.pixel_stride` floats; how many values that makes (logged
-        with their producers under ``METADEF_DEBUG=1``)."""
-        def key(st: _Storage | None) -> int | None:
-            return st.index if st is not None and st.kind == ARENA else None
-
-        keys = [([key(st) for st in ins], [key(st) for st in outs]) for _, ins, outs, _, _ in lowered]
-        forms = [what.rows if isinstance(what, NativeStep) else None for what, *_ in lowered]
-        chosen = agree([(rows, ins, outs) for rows, (ins, outs) in zip(forms, keys)], viewed)
-        if not chosen:
-            return 0
-        for at, (rows, (ins, outs)) in enumerate(zip(forms, keys)):
-            args = pixel_major_args(rows, ins, outs, chosen) if rows is not None else frozenset()
-            if args:
-                _, step_ins, step_outs, scratch, s = lowered[at]
-                lowered[at] = (rows.lower(args), step_ins, step_outs, scratch, s)
-                for kind, index in args:
-                    st = (step_ins if kind == "in" else step_outs)[index]
-                    assert st is not None and len(st.shape) == 4, st
-                    n, c, h, w = st.shape
-                    buffers[st.index][0] = n * h * w * pixel_stride(c) * st.dtype.itemsize
-        writers = [self.exe.steps[lowered[at][4]].node.name for at, (_, outs) in enumerate(keys)
-                   if any(v in chosen for v in outs)]
-        log.debug("layouts at %s: %d values pixel-major, written by %s", _binding(self.symbols), len(chosen),
-                  ", ".join(writers))
-        return len(chosen)
 
     def _address(self, st: _Storage | None) -> int | None:
         """A fixed address, or None for a graph input or output (patched per run)."""
