@@ -341,6 +341,14 @@ class WeightProduct:
                 return [transpose_dims(n, rows, cols, t, count, **strides) for t in range(count)]
             return split
 
+        def shares(dims: Callable[[int, int], tuple[int, ...]]) -> Callable[[int], list[tuple[int, ...]] | None]:
+            """A product's split into ``count`` tasks over its (image, panel) units, where it pays."""
+            def split(count: int) -> list[tuple[int, ...]] | None:
+                if count < 2 or n * cout * p * depth < split_from or units < count:
+                    return None
+                return [dims(t, count) for t in range(count)]
+            return split
+
         calls, used, xt = [], 0, x
         assert gather is None or "x" in rows, "a strided input is read pixel-major"
         if gather is not None:  # its pixels `stride` apart in rows `stride` apart, as pixel rows in the workspace
@@ -363,15 +371,12 @@ class WeightProduct:
                                   flips(cout, p, ld=ldy)))
                 residual, used = work.at(used), used + n * ldy * p * 4
 
-            def gemm_tasks(count: int) -> list[tuple[int, ...]] | None:
-                if count < 2 or n * cout * p * depth < split_from or units < count:
-                    return None
-                return [gemm_dims(p, cout, depth, lo=lo, hi=hi, task=t, tasks=count, **stored) for t in range(count)]
-
             stored = dict(lda=ldx, residual=residual is not None, ldy=ldy, batch=n, xs=p * ldx, ys=p * ldy)
             args = (xt, weights, bias, out, *((residual,) if residual is not None else ()))
             calls.append(Call(native_function("md_gemm"), args, gemm_dims(p, cout, depth, lo=lo, hi=hi, **stored),
-                              what + " own kernel, pixel rows stored" + epilogue, gemm_tasks))
+                              what + " own kernel, pixel rows stored" + epilogue,
+                              shares(lambda t, count: gemm_dims(p, cout, depth, lo=lo, hi=hi, task=t, tasks=count,
+                                                                **stored))))
             return calls, used
         if residual is not None and "residual" in rows:  # (back to channels-major for the transposed stores)
             calls.append(Call(native_function("md_transpose"), (residual, work.at(used)),
@@ -379,14 +384,11 @@ class WeightProduct:
                               flips(p, cout, xs=ldy)))
             res, used = work.at(used), used + n * cout * p * 4
 
-        def row_tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * cout * p * depth < split_from or units < count:
-                return None
-            return [conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count, ldx=ldx) for t in range(count)]
-
         calls.append(Call(native_function("md_conv1x1t"), (xt, weights, bias, res, out),
                           conv1x1t_dims(n, depth, cout, p, **base, ldx=ldx),
-                          what + " own kernel, pixel rows" + epilogue, row_tasks))
+                          what + " own kernel, pixel rows" + epilogue,
+                          shares(lambda t, count: conv1x1t_dims(n, depth, cout, p, **base, task=t, tasks=count,
+                                                                ldx=ldx))))
         return calls, used
 
     def keep(self) -> tuple[np.ndarray, ...]:
