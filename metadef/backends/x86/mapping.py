@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -312,12 +313,16 @@ def _native_contraction(node: Node, sources: Sequence[Arg], out: Arg,
 _Y = Arg("scratch", 1 << 20)  # the anchor's output before it has a scratch index
 
 
-def _renumber(step: NativeStep, old: Arg, new: Arg) -> tuple[native.Call, ...]:
+def _renumber(calls: Sequence[native.Call], old: Arg, new: Arg) -> tuple[native.Call, ...]:
+    """``calls`` with every argument ``old`` (at any offset) now ``new``, also inside a
+    sequence's calls; all else kept (a sequence rebuilt without its calls ran
+    ``md_run_sequence`` on nothing: a segfault when a conv's epilogue was not fused and the conv
+    went image by image)."""
     def arg(a: Arg) -> Arg:
         return Arg(new.kind, new.index, a.offset) if (a.kind, a.index) == (old.kind, old.index) else a
 
-    return tuple(native.Call(c.address, tuple(arg(a) for a in c.args), c.dims, c.what, c.tasks)
-                 for c in step.calls)
+    return tuple(dataclasses.replace(c, args=tuple(arg(a) for a in c.args), steps=_renumber(c.steps, old, new))
+                 for c in calls)
 
 
 def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | None], node: Node
@@ -350,7 +355,7 @@ def _group_lowering(split: Epilogue, kernel: Any, consts: Sequence[np.ndarray | 
         if not to_output:
             y = Arg("scratch", len(scratch))
             scratch.append(4 * math.prod(y_shape) if y_shape else 4)
-            calls = list(_renumber(step, _Y, y))
+            calls = list(_renumber(step.calls, _Y, y))
         copy = native.native_function("md_copy")
         for p in split.anchor_positions[1:]:
             calls.append(native.Call(copy, (y, Arg("out", p)), (4 * math.prod(y_shape),), "copy"))
