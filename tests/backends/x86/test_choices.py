@@ -152,3 +152,27 @@ def test_a_strided_conv_whose_relu_stays_apart_runs_image_by_image(fresh_choices
     sess.executable.programs.give_back(program)
     steps = [what for step, what in program.call_steps if step.startswith("Conv_0") or "conv" in step]
     assert "conv2d direct own kernel" in steps and "epilogue" in steps, program.call_steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "threads"), [("resnet50", 2), ("mobilenetv2", 1), ("bert", 2)])
+def test_zoo_models_with_any_choices_match_onnxruntime(fresh_choices: Callable, name: str, threads: int) -> None:
+    """The zoo's models on their real shapes (Winograd's sizes and groups, bands, pieces, pixel-major
+    values, attention), each race won by a random candidate, at two batch sizes."""
+    import onnxruntime as ort
+
+    drawn, made = random.Random(name), []
+    fresh_choices(lambda key, names: made.append(key) or drawn.choice(names))
+    proto = md.zoo.build(name)
+    sess = md.compile(md.optimize(md.import_onnx(proto), level="aggressive"), target="x86", cache=False,
+                      threads=threads)
+    assert not sess.executable.fallbacks, sess.executable.summary()
+    oracle = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    info = md.zoo.describe(name)
+    for dims in ({"batch": 1, "seq": 24}, {"batch": 3, "seq": 40}) if name == "bert" else ({"batch": 1}, {"batch": 3}):
+        feeds = info.example_inputs(**dims)
+        got = sess.run(feeds)
+        for (output, ours), want in zip(got.items(), oracle.run(list(got), feeds)):
+            np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
+                                       err_msg=f"{name} {output} at {dims}")
+    assert len(made) >= 5, made  # (the races ran, and were decided here)
