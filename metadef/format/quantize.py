@@ -352,16 +352,19 @@ def decode_tensor(blob: bytes | memoryview | np.ndarray, shape: tuple[int, ...],
         dense = np.zeros(size, codes.dtype)
         dense[mask] = codes
         codes = dense
+    # (scales as stored: a file read without its checksums may hold any bits, infinities included)
     if fmt == INT8:
         view = [1] * len(shape)
         view[q["axis"]] = -1
-        out = codes.reshape(shape).astype(np.float32) * raw["scales"].astype(np.float32).reshape(view)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = codes.reshape(shape).astype(np.float32) * raw["scales"].astype(np.float32).reshape(view)
     elif fmt == INT4:
         axis, block = q["axis"], q["block"]
         n_out = shape[axis]
         red = size // n_out if n_out else 0
         scales = raw["scales"].astype(np.float32).reshape(n_out, -1)
-        rows = codes.reshape(n_out, red).astype(np.float32) * np.repeat(scales, block, axis=1)[:, :red]
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows = codes.reshape(n_out, red).astype(np.float32) * np.repeat(scales, block, axis=1)[:, :red]
         moved = (n_out, *(d for a, d in enumerate(shape) if a != axis))
         out = np.moveaxis(rows.reshape(moved), 0, axis)
     else:
