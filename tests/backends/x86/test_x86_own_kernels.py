@@ -1,7 +1,8 @@
 """Our own native kernels against float64 numpy and the reference backend: the pointwise-conv
-micro-kernel ``md_conv1x1`` (epilogue fused), the 3x3 depthwise ``md_depthwise`` and the
-product ``md_gemm``, called directly on random shapes and through compiled graphs whose fused
-groups they run."""
+micro-kernels ``md_conv1x1`` and ``md_conv1x1t`` (epilogue fused), im2col, transposes, the 3x3
+depthwise ``md_depthwise`` and the max pool, called directly on random shapes and through
+compiled graphs whose fused groups they run (the products ``md_gemm`` and ``md_bmm``:
+``test_x86_gemm.py``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,7 @@ import pytest
 
 import metadef as md
 from metadef.backends.x86 import conv1x1, conv_lowering
-from metadef.backends.x86.native import needs as native_needs
 from metadef.codegen.native import ENTRY, IM2COL_DIMS, native_function
-from metadef.codegen.native_bmm import bmm_dims
-from metadef.codegen.native_depthwise import depthwise_dims, in_place
 from metadef.codegen.native_gemm import (
     CHUNK_BYTES,
     NR,
@@ -25,7 +23,6 @@ from metadef.codegen.native_gemm import (
     conv1x1_dims,
     conv1x1_width,
     conv1x1t_dims,
-    gemm_dims,
     gemm_lda,
     gemm_panel,
     pack_conv1x1_weights,
@@ -273,119 +270,6 @@ def test_conv1x1_keeps_nan_through_its_bounds() -> None:
     assert np.isnan(y).all()  # as numpy's clip and ONNX's Clip: NaN stays NaN
 
 
-def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
-    g = GraphBuilder("dw")
-    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
-    y, = g.node("Conv", [xi, g.const("w", w), g.const("b", b)],
-                {"group": x.shape[1], "strides": strides, "pads": pads, "kernel_shape": [3, 3]})
-    g.output(y)
-    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
-
-
-@pytest.mark.parametrize(("n", "c", "h", "w", "strides", "pads", "bounds"), [
-    (1, 8, 20, 19, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
-    (2, 5, 15, 13, [2, 2], [1, 1, 1, 1], (-math.inf, math.inf)),
-    (1, 3, 9, 10, [1, 3], [2, 0, 1, 2], (-1.0, 1.0)),
-    (1, 4, 2, 2, [1, 1], [1, 1, 1, 1], (0.0, math.inf)),
-    (1, 2, 5, 1, [2, 1], [1, 1, 1, 1], (-9.0, 9.0)),
-    (1, 6, 40, 37, [2, 2], [0, 0, 1, 1], (0.0, 6.0)),
-    # MobileNetV2's small planes: rows end in one whole vector step (lanes past the row filled)
-    (2, 6, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
-    (1, 5, 14, 14, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
-    (1, 3, 28, 30, [2, 2], [0, 0, 1, 1], (-math.inf, math.inf)),
-    (1, 4, 14, 14, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
-    # small planes alternate between two padded copies (an odd count per task too); a large
-    # plane (over DOUBLE_FLOATS padded) has one
-    (3, 7, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
-    (1, 3, 100, 90, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
-    (1, 3, 100, 90, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
-])
-def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: list[int], pads: list[int],
-                                     bounds: tuple[float, float]) -> None:
-    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
-    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
-    b = RNG.standard_normal(c, dtype=np.float32)
-    want = np.clip(_conv_ort(x, wt, b, strides, pads), *bounds)
-    y = np.full(want.shape, np.nan, np.float32)
-    for t in range(2):
-        _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
-                                                            (pads[0], pads[1]), lo=bounds[0], hi=bounds[1],
-                                                            task=t, tasks=2))
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-
-
-def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
-    g = GraphBuilder("pool")
-    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
-    y, = g.node("MaxPool", [xi], {"strides": strides, "pads": pads, "kernel_shape": [3, 3]})
-    g.output(y)
-    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
-
-
-@pytest.mark.parametrize(("h", "w", "stride", "pads"), [
-    # read in place: stride 1, same size, 9 wide at least (a first and a last vector, 9: overlapping;
-    # 16: the last a whole block; 17, 14: the last overlapping the one before); stride 2 halving an even
-    # plane, 16 wide at least (or padded after: never read)
-    (5, 9, 1, [1, 1, 1, 1]), (12, 14, 1, [1, 1, 1, 1]), (16, 16, 1, [1, 1, 1, 1]), (3, 17, 1, [1, 1, 1, 1]),
-    (40, 112, 1, [1, 1, 1, 1]), (16, 16, 2, [1, 1, 1, 1]), (6, 18, 2, [1, 1, 0, 0]), (24, 40, 2, [1, 1, 1, 1]),
-    (2, 112, 2, [1, 1, 1, 1]),
-    # narrow planes of 7 outputs a row: 7 wide at stride 1, 14 at stride 2 (3 and 4 rows: the
-    # first and last rows only)
-    (7, 7, 1, [1, 1, 1, 1]), (3, 7, 1, [1, 1, 1, 1]), (14, 14, 2, [1, 1, 1, 1]), (4, 14, 2, [1, 1, 0, 0]),
-    # through the padded copy still: too narrow, odd, unpadded, uneven strides
-    (9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]), (16, 16, 1, [1, 1, 0, 0]),
-])
-def test_planes_read_in_place_match_the_reference(h: int, w: int, stride: int, pads: list[int]) -> None:
-    """... by the whole routines and, where the planes are read in place (all but the last
-    four cases), by the routines' in-place variants for the stride too."""
-    n, c = 2, 3
-    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
-    x[1, 2, h // 2, w - 1] = np.nan  # (a NaN at a row's end: max and the sums carry it)
-    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
-    b = RNG.standard_normal(c, dtype=np.float32)
-    want = np.clip(_conv_ort(x, wt, b, [stride] * 2, pads), 0.0, 6.0)
-    padded = (h, w, stride, pads) in [(9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]),
-                                      (16, 16, 1, [1, 1, 0, 0])]
-    assert in_place((h, w), want.shape[2:], (stride, stride), (pads[0], pads[1])) is not padded
-    variants = ("", f"_inplace{stride}") if not padded else ("",)
-    for variant in variants:
-        y = np.full(want.shape, -7.0, np.float32)
-        dims = depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride), (pads[0], pads[1]), lo=0.0, hi=6.0)
-        _call("md_depthwise" + variant, [x, wt, b, y], dims)
-        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-    want = _pool_ort(x, [stride] * 2, pads)
-    for variant in variants:
-        y = np.full(want.shape, -7.0, np.float32)
-        _call("md_maxpool3x3" + variant, [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:],
-                                                                             (stride, stride), (pads[0], pads[1])))
-        np.testing.assert_array_equal(y, want)
-
-
-@pytest.mark.parametrize(("h", "w", "stride"), [(7, 7, 1), (3, 7, 1), (14, 14, 2), (4, 14, 2), (9, 16, 1),
-                                                (16, 16, 2), (5, 9, 1)])
-def test_planes_read_in_place_read_only_their_input(h: int, w: int, stride: int) -> None:
-    # (the input's first plane after a guard page, then its last plane before one)
-    c = 3
-    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
-    b = RNG.standard_normal(c, dtype=np.float32)
-    for at_end in (False, True):
-        x, release = _guarded((1, c, h, w), at_end)
-        try:
-            x[...] = RNG.standard_normal(x.shape)
-            want = _conv_ort(np.array(x), wt, b, [stride] * 2, [1, 1, 1, 1])
-            y = np.full(want.shape, np.nan, np.float32)
-            _call("md_depthwise", [x, wt, b, y], depthwise_dims(1, c, (h, w), want.shape[2:], (stride, stride),
-                                                                (1, 1)))
-            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-            want = _pool_ort(np.array(x), [stride] * 2, [1, 1, 1, 1])
-            y = np.full(want.shape, np.nan, np.float32)
-            _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(1, c, (h, w), want.shape[2:],
-                                                                       (stride, stride), (1, 1)))
-            np.testing.assert_array_equal(y, want)
-        finally:
-            release()
-
-
 def _block() -> md.Graph:
     """Pointwise conv + residual + Relu; pointwise conv + Clip; depthwise + Clip; a plain 1x1."""
     g = GraphBuilder("block")
@@ -438,232 +322,6 @@ def test_fused_groups_run_our_kernels(prefer: str, monkeypatch: pytest.MonkeyPat
         assert not any("own kernel" in k for k in kinds)
 
 
-@pytest.mark.parametrize(("m", "n", "k", "bounds", "tasks"), [
-    (8, 512, 78, (0.0, math.inf), 1),
-    (1, 40, 33, (-math.inf, math.inf), 1),
-    (7, 10, 25, (-1.0, 1.0), 1),
-    (13, 33, 5, (0.0, 6.0), 3),
-    (6, 16, 1, (-math.inf, math.inf), 2),
-    (27, 40, 131, (-math.inf, math.inf), 1),  # 12 + 12 + 2 + 1 rows (AVX-512) or 4 x 6 + 2 + 1
-    (23, 17, 9, (0.0, math.inf), 2),  # 12 + 8 + 2 + 1
-    (128, 48, 64, (-math.inf, math.inf), 1),  # BERT's rows: 10 x 12 + 8
-    (13, 70, 20, (-1.0, 1.0), 2),  # a last panel of 6 (AVX-512: 32 + 32 + 6) or 6 (16 x 4 + 6) columns
-])
-def test_gemm_matches_float64(m: int, n: int, k: int, bounds: tuple[float, float], tasks: int) -> None:
-    x = RNG.standard_normal((m, k), dtype=np.float32)
-    w = RNG.standard_normal((k, n), dtype=np.float32)
-    packed = pack_gemm_weights(w)
-    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
-    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
-    y = np.full((m, n), np.nan, np.float32)
-    for t in range(tasks):
-        _call("md_gemm", [x, packed, bias, y], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks))
-    want = np.clip(x.astype(np.float64) @ w + bias[:n], *bounds)
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize(("m", "n", "tasks"), [(27, 40, 1), (13, 70, 2), (128, 64, 2), (1, 6, 1)])
-def test_gemm_adds_a_residual_and_writes_no_column_past_its_rows(m: int, n: int, tasks: int) -> None:
-    """A residual added before the bounds; a last panel narrower than the tile (40 = 32 + 8,
-    70 = 2 x 32 + 6) goes through the stack: the output ends at a guard page."""
-    k, bounds = 33, (-1.0, 1.5)
-    x = RNG.standard_normal((m, k), dtype=np.float32)
-    w = RNG.standard_normal((k, n), dtype=np.float32)
-    packed = pack_gemm_weights(w)
-    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
-    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
-    res, release_res = _guarded((m, n), at_end=True)
-    res[...] = RNG.standard_normal((m, n), dtype=np.float32)
-    y, release_y = _guarded((m, n), at_end=True)
-    try:
-        y[...] = np.nan
-        for t in range(tasks):
-            _call("md_gemm", [x, packed, bias, y, res],
-                  gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks, residual=True))
-        want = np.clip(x.astype(np.float64) @ w + bias[:n] + res, *bounds)
-        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-    finally:
-        release_res()
-        release_y()
-
-
-@pytest.mark.parametrize(("batch", "m", "n", "k", "tasks"), [(3, 27, 40, 33, 1), (2, 13, 70, 20, 3), (4, 1, 6, 5, 2)])
-def test_gemm_batched_with_strided_rows(batch: int, m: int, n: int, k: int, tasks: int) -> None:
-    """``batch`` products with the same weights (a pointwise conv's images, pixel-major): each
-    ``x`` ``xs`` floats after the last, each output and residual ``ys``, their rows ``lda`` and
-    ``ldy`` apart; the padding between rows is neither read nor written."""
-    lda, ldy, bounds = k + 3, n + 5, (0.0, math.inf)
-    x = np.full((batch, m, lda), np.nan, np.float32)
-    x[:, :, :k] = RNG.standard_normal((batch, m, k), dtype=np.float32)
-    w = RNG.standard_normal((k, n), dtype=np.float32)
-    packed = pack_gemm_weights(w)
-    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
-    bias[:n] = RNG.standard_normal(n, dtype=np.float32)
-    res = np.full((batch, m, ldy), np.nan, np.float32)
-    res[:, :, :n] = RNG.standard_normal((batch, m, n), dtype=np.float32)
-    y = np.full((batch, m, ldy), np.nan, np.float32)
-    for t in range(tasks):
-        _call("md_gemm", [x, packed, bias, y, res], gemm_dims(m, n, k, lo=bounds[0], hi=bounds[1], task=t, tasks=tasks,
-                                                              lda=lda, residual=True, ldy=ldy, batch=batch,
-                                                              xs=m * lda, ys=m * ldy))
-    want = np.clip(x[:, :, :k].astype(np.float64) @ w + bias[:n] + res[:, :, :n], *bounds)
-    np.testing.assert_allclose(y[:, :, :n], want, rtol=1e-5, atol=1e-5)
-    assert np.isnan(y[:, :, n:]).all()
-
-
-def test_a_product_with_a_skip_connection_adds_it_in_its_stores(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``MatMul + bias + residual`` (a transformer's output projection) is one ``md_gemm`` call
-    with the residual added before the store: no epilogue pass."""
-    from metadef.backends.x86 import gemm
-    monkeypatch.setattr(gemm, "PREFER", gemm.OWN)
-    g = GraphBuilder("skip")
-    x = g.input("x", parse_type("f32[n,s,64]"))
-    r = g.input("r", parse_type("f32[n,s,40]"))
-    h, = g.node("MatMul", [x, g.const("w", RNG.standard_normal((64, 40), dtype=np.float32) / 8)])
-    h, = g.node("Add", [h, g.const("b", RNG.standard_normal(40, dtype=np.float32))])
-    y, = g.node("Add", [h, r])
-    g.output(y)
-    graph = md.optimize(g.build(), level="aggressive")
-    exe, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
-    for n, s in ((1, 7), (3, 16)):
-        feeds = {"x": RNG.standard_normal((n, s, 64), dtype=np.float32),
-                 "r": RNG.standard_normal((n, s, 40), dtype=np.float32)}
-        got, want = exe.run(feeds), ref.run(feeds)
-        np.testing.assert_allclose(got[graph.outputs[0].name], want[graph.outputs[0].name], rtol=1e-4, atol=1e-4)
-        kinds = exe.executable.programs.bound({"n": n, "s": s}).call_kinds
-        assert kinds == {"gemm own kernel + epilogue": 1}, kinds
-
-
-@pytest.mark.parametrize("tasks", [1, 2])
-def test_gemm_reads_rows_at_a_padded_stride(tasks: int) -> None:
-    m, n, k = 25, 40, 1024
-    lda = gemm_lda(k)
-    assert lda > k  # k a multiple of 1024: one more cache line a row
-    x = RNG.standard_normal((m, k), dtype=np.float32)
-    rows = np.full((m, lda), np.nan, np.float32)  # the padding is never read
-    rows[:, :k] = x
-    w = RNG.standard_normal((k, n), dtype=np.float32)
-    packed = pack_gemm_weights(w)
-    bias = np.zeros(packed.shape[0] * packed.shape[2], np.float32)
-    y = np.full((m, n), np.nan, np.float32)
-    for t in range(tasks):
-        _call("md_gemm", [rows, packed, bias, y], gemm_dims(m, n, k, task=t, tasks=tasks, lda=lda))
-    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
-
-
-def test_a_product_of_depth_1024_copies_its_rows_to_the_padded_stride(monkeypatch: pytest.MonkeyPatch) -> None:
-    from metadef.backends.x86 import gemm
-    monkeypatch.setattr(gemm, "PREFER", gemm.OWN)
-    g = GraphBuilder("deep")
-    x = g.input("x", parse_type("f32[n,1024]"))
-    h, = g.node("MatMul", [x, g.const("w", RNG.standard_normal((1024, 48), dtype=np.float32) / 32)])
-    h, = g.node("Add", [h, g.const("b", RNG.standard_normal(48, dtype=np.float32))])
-    y, = g.node("Relu", [h])
-    g.output(y)
-    graph = md.optimize(g.build(), level="aggressive")
-    exe, ref = md.compile(graph, target="x86", threads=2), md.compile(graph, target="reference")
-    for batch in (1, 13, 40):
-        feeds = {"x": RNG.standard_normal((batch, 1024), dtype=np.float32)}
-        np.testing.assert_allclose(exe.run(feeds)[y.name], ref.run(feeds)[y.name], rtol=1e-4, atol=1e-4)
-    kinds = exe.executable.programs.bound({"n": 13}).call_kinds
-    assert kinds["gemm rows to a padded stride"] == 1 and kinds["gemm own kernel + epilogue"] == 1, kinds
-
-
-@pytest.mark.parametrize(("batch", "m", "n", "k", "trans_b", "shared_b", "tasks"), [
-    (3, 13, 70, 9, False, False, 1),  # a last panel of 6 columns, rows 12 + 1
-    (2, 5, 33, 7, True, False, 2),  # k not a multiple of 8: the transposed pack's last steps
-    (4, 27, 64, 24, True, True, 3),  # one b for every item (stride 0)
-    (1, 1, 1, 1, False, False, 1),
-])
-def test_bmm_matches_float64(batch: int, m: int, n: int, k: int, trans_b: bool, shared_b: bool, tasks: int) -> None:
-    a = RNG.standard_normal((batch, m, k), dtype=np.float32)
-    b = RNG.standard_normal((1 if shared_b else batch, *((n, k) if trans_b else (k, n))), dtype=np.float32)
-    flat = np.full(batch * m * n + 40, np.nan, np.float32)  # 40 floats more: they must stay untouched
-    y = flat[:batch * m * n].reshape(batch, m, n)
-    for t in range(tasks):
-        _call("md_bmm", [a, b, y], bmm_dims(batch, m, n, k, trans_b=trans_b, alpha=0.5,
-                                            strides=(m * k, 0 if shared_b else n * k, m * n), task=t, tasks=tasks))
-    bt = b.transpose(0, 2, 1) if trans_b else b
-    np.testing.assert_allclose(y, 0.5 * (a.astype(np.float64) @ bt), rtol=1e-5, atol=1e-5)
-    assert np.isnan(flat[batch * m * n:]).all()
-
-
-@pytest.mark.parametrize("shape", [(768, 3072), (3, 20), (5, 37), (7, 16), (4, 9), (6, 70)])
-@pytest.mark.parametrize("layout", ["c", "fortran", "transposed view", "column slice"])
-@pytest.mark.parametrize("width", [16, 32])
-def test_gemm_weights_pack_into_zero_padded_panels(shape: tuple[int, int], layout: str, width: int) -> None:
-    k, n = shape
-    base = RNG.standard_normal((k, n + 3), dtype=np.float32)
-    w = {"c": np.ascontiguousarray(base[:, :n]), "fortran": np.asfortranarray(base[:, :n]),
-         "transposed view": np.ascontiguousarray(base[:, :n].T).T, "column slice": base[:, :n]}[layout]
-    panels = -(-n // width)
-    want = np.zeros((panels, k, width), np.float32)
-    for q in range(panels):
-        block = w[:, q * width:(q + 1) * width]
-        want[q, :, :block.shape[1]] = block
-    np.testing.assert_array_equal(pack_gemm_weights(w, width), want)
-
-
-def _mlp() -> md.Graph:
-    """Gemm (transB) + Relu; MatMul + Add(bias) + Clip; a plain Gemm with a [1, n] C."""
-    g = GraphBuilder("mlp")
-    x = g.input("x", parse_type("f32[n,20]"))
-    h, = g.node("Gemm", [x, g.const("w1", RNG.standard_normal((24, 20), dtype=np.float32)),
-                         g.const("b1", RNG.standard_normal(24, dtype=np.float32))], {"transB": 1})
-    h, = g.node("Relu", [h])
-    h, = g.node("MatMul", [h, g.const("w2", RNG.standard_normal((24, 17), dtype=np.float32))])
-    h, = g.node("Add", [h, g.const("b2", RNG.standard_normal(17, dtype=np.float32))])
-    h, = g.node("Clip", [h, g.const("lo", np.array(0.0, np.float32)), g.const("hi", np.array(6.0, np.float32))])
-    y, = g.node("Gemm", [h, g.const("w3", RNG.standard_normal((17, 5), dtype=np.float32)),
-                         g.const("b3", RNG.standard_normal((1, 5), dtype=np.float32))])
-    g.output(y)
-    return g.build()
-
-
-@pytest.mark.parametrize("prefer", ["own micro-kernel, epilogue fused", "sgemm"])
-def test_products_run_our_gemm(prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from metadef.backends.x86 import gemm
-    monkeypatch.setattr(gemm, "PREFER", prefer)
-    graph = md.optimize(_mlp(), level="aggressive")
-    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
-    for batch in (1, 8, 11):
-        feeds = {"x": RNG.standard_normal((batch, 20), dtype=np.float32)}
-        got, want = exe.run(feeds), ref.run(feeds)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
-    kinds = exe.executable.programs.bound({"n": 8}).call_kinds
-    if prefer == gemm.OWN:
-        assert kinds["gemm own kernel + epilogue"] == 3 and "epilogue" not in kinds, kinds
-    else:  # a Gemm's C is written into its output before its sgemm; a bounded group's epilogue follows
-        assert not any("own kernel" in k for k in kinds), kinds
-        assert kinds == {"sgemm + bias": 2, "sgemm": 1, "epilogue": 2}, kinds
-
-
-def test_a_product_that_sgemm_won_before_packs_no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decision already made (in this process, or stored in the compile cache) is taken
-    before the weights are packed: where sgemm won, no packed copy is made."""
-    from metadef.backends.x86 import gemm, native
-    packs: list[tuple[int, ...]] = []
-    monkeypatch.setattr(gemm, "pack_gemm_weights", lambda w: packs.append(w.shape) or pack_gemm_weights(w))
-    monkeypatch.setattr(native, "_CONV_CHOICES", {})
-    for rows, winner in ((4, gemm.BLAS), (8, gemm.OWN)):
-        native._CONV_CHOICES[gemm._choice_key(rows, 96, 64, (-math.inf, math.inf))] = (winner, "set by the test")
-    g = GraphBuilder("product")
-    y, = g.node("MatMul", [g.input("x", parse_type("f32[n,64]")),
-                           g.const("w", RNG.standard_normal((64, 96), dtype=np.float32))])
-    y, = g.node("Add", [y, g.const("b", RNG.standard_normal(96, dtype=np.float32))])
-    g.output(y)
-    graph = md.optimize(g.build(), level="aggressive")
-    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
-    for rows, packed in ((4, []), (8, [(64, 96)])):
-        feeds = {"x": RNG.standard_normal((rows, 64), dtype=np.float32)}
-        got, want = exe.run(feeds), ref.run(feeds)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
-        assert packs == packed, (rows, packs)
-        kinds = exe.executable.programs.bound({"n": rows}).call_kinds
-        assert ("gemm own kernel + epilogue" in kinds) == (rows == 8), kinds
-
 
 def _guarded(shape: tuple[int, ...], at_end: bool) -> tuple[np.ndarray, Any]:
     """A float32 array whose first (or last) byte touches an inaccessible page: a kernel that
@@ -687,29 +345,6 @@ def _guarded(shape: tuple[int, ...], at_end: bool) -> tuple[np.ndarray, Any]:
         for guard in (base, base + (data_pages + 1) * page):
             libc.mprotect(guard, page, 3)  # PROT_READ | PROT_WRITE, so that mmap can unmap it
     return array, release
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n, c, h, w = 1, int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 40))
-    strides = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
-    pads = [int(v) for v in rng.integers(0, 3, 4)]
-    if h + pads[0] + pads[2] < 3 or w + pads[1] + pads[3] < 3:
-        pads = [2, 2, 2, 2]
-    wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(c).astype(np.float32)
-    for at_end in (False, True):
-        x, release = _guarded((n, c, h, w), at_end)
-        try:
-            x[...] = rng.standard_normal(x.shape)
-            want = _conv_ort(np.array(x), wt, b, strides, pads)
-            y = np.full(want.shape, np.nan, np.float32)
-            _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
-                                                                (pads[0], pads[1])))
-            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-        finally:
-            release()
 
 
 def _convs() -> md.Graph:
@@ -781,55 +416,6 @@ def test_im2col_convs_run_our_kernels_with_their_epilogues(prefer: str, bands: b
         assert "epilogue" not in kinds  # Relu, and the residual add with its Clip, went into the stores
         if prefer == conv1x1.OWN_T:
             assert kinds["conv2d transpose"] == 3 * 5
-
-
-def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
-    """3x3 MaxPools (padded and strided, ceil mode, SAME_UPPER) run as ``md_maxpool3x3``, NaN
-    propagated as numpy's max does; a 2x2 pool keeps the generated kernel."""
-    g = GraphBuilder("pools")
-    x = g.input("x", parse_type("f32[n,8,15,14]"))
-    for attrs in ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"strides": [2, 2], "ceil_mode": 1},
-                  {"auto_pad": "SAME_UPPER"}, {"strides": [3, 1], "pads": [0, 1, 2, 0]}):
-        y, = g.node("MaxPool", [x], {"kernel_shape": [3, 3], **attrs})
-        g.output(y)
-    y, = g.node("MaxPool", [x], {"kernel_shape": [2, 2]})
-    g.output(y)
-    graph = g.build()
-    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
-    for batch in (1, 3):
-        feeds = {"x": RNG.standard_normal((batch, 8, 15, 14), dtype=np.float32)}
-        feeds["x"][0, 1, 4, 5] = np.nan
-        got, want = exe.run(feeds), ref.run(feeds)
-        for k in want:
-            np.testing.assert_array_equal(got[k], want[k])
-    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
-    assert kinds["maxpool 3x3"] == 4 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
-
-
-@pytest.mark.parametrize("size", ["16", "s"])
-def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) -> None:
-    """A max pool and depthwise convs over 16x16 planes (stride 2 and 1, one pixel of padding):
-    with the planes' size in the graph, their steps need only ``..._inplace2`` and
-    ``..._inplace1`` (a sixth of the routines' LLVM time); with a symbolic size, the whole
-    routines, which read any plane. The outputs are the reference backend's either way."""
-    g = GraphBuilder("planes")
-    x = g.input("x", parse_type(f"f32[n,4,{size},{size}]"))
-    y, = g.node("MaxPool", [x], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
-    w = g.const("w", RNG.standard_normal((4, 1, 3, 3), dtype=np.float32))
-    z, = g.node("Conv", [x, w], {"kernel_shape": [3, 3], "group": 4, "pads": [1, 1, 1, 1]})
-    z, = g.node("Relu", [z])
-    g.output(y)
-    g.output(z)
-    graph = md.optimize(g.build(), level="aggressive")
-    exe, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
-    feeds = {"x": RNG.standard_normal((2, 4, 16, 16), dtype=np.float32)}
-    got, want = exe.run(feeds), ref.run(feeds)
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
-    routines = {r for s in exe.executable.steps for r in native_needs(s.native)}
-    whole = {"md_maxpool3x3", "md_depthwise"}
-    variants = {"md_maxpool3x3_inplace2", "md_depthwise_inplace1"}
-    assert (routines & (whole | variants)) == (variants if size == "16" else whole)
 
 
 AVX2_SCRIPT = """

@@ -1,0 +1,205 @@
+"""Kernels over planes, against the reference backend: the 3x3 depthwise conv ``md_depthwise``
+and the 3x3 max pool ``md_maxpool3x3`` (strides, padding, NaN), their variants that read planes
+in place (only inside their input: guard pages), and which of those routines a node needs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import metadef as md
+from metadef.backends.x86.native import needs as native_needs
+from metadef.codegen.native_depthwise import depthwise_dims, in_place
+from metadef.ir import GraphBuilder
+from metadef.shape import parse_type
+from tests.backends.x86.test_x86_own_kernels import _call, _guarded
+
+pytestmark = pytest.mark.jit
+RNG = np.random.default_rng(13)
+
+
+def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
+    g = GraphBuilder("dw")
+    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
+    y, = g.node("Conv", [xi, g.const("w", w), g.const("b", b)],
+                {"group": x.shape[1], "strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+    g.output(y)
+    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
+
+
+@pytest.mark.parametrize(("n", "c", "h", "w", "strides", "pads", "bounds"), [
+    (1, 8, 20, 19, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (2, 5, 15, 13, [2, 2], [1, 1, 1, 1], (-math.inf, math.inf)),
+    (1, 3, 9, 10, [1, 3], [2, 0, 1, 2], (-1.0, 1.0)),
+    (1, 4, 2, 2, [1, 1], [1, 1, 1, 1], (0.0, math.inf)),
+    (1, 2, 5, 1, [2, 1], [1, 1, 1, 1], (-9.0, 9.0)),
+    (1, 6, 40, 37, [2, 2], [0, 0, 1, 1], (0.0, 6.0)),
+    # MobileNetV2's small planes: rows end in one whole vector step (lanes past the row filled)
+    (2, 6, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 5, 14, 14, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 3, 28, 30, [2, 2], [0, 0, 1, 1], (-math.inf, math.inf)),
+    (1, 4, 14, 14, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
+    # small planes alternate between two padded copies (an odd count per task too); a large
+    # plane (over DOUBLE_FLOATS padded) has one
+    (3, 7, 7, 7, [1, 1], [1, 1, 1, 1], (0.0, 6.0)),
+    (1, 3, 100, 90, [1, 1], [1, 1, 1, 1], (-math.inf, math.inf)),
+    (1, 3, 100, 90, [2, 2], [1, 1, 1, 1], (0.0, 6.0)),
+])
+def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: list[int], pads: list[int],
+                                     bounds: tuple[float, float]) -> None:
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    want = np.clip(_conv_ort(x, wt, b, strides, pads), *bounds)
+    y = np.full(want.shape, np.nan, np.float32)
+    for t in range(2):
+        _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                            (pads[0], pads[1]), lo=bounds[0], hi=bounds[1],
+                                                            task=t, tasks=2))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
+    g = GraphBuilder("pool")
+    xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
+    y, = g.node("MaxPool", [xi], {"strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+    g.output(y)
+    return md.compile(g.build(), target="reference").run({"x": x})[y.name]
+
+
+@pytest.mark.parametrize(("h", "w", "stride", "pads"), [
+    # read in place: stride 1, same size, 9 wide at least (a first and a last vector, 9: overlapping;
+    # 16: the last a whole block; 17, 14: the last overlapping the one before); stride 2 halving an even
+    # plane, 16 wide at least (or padded after: never read)
+    (5, 9, 1, [1, 1, 1, 1]), (12, 14, 1, [1, 1, 1, 1]), (16, 16, 1, [1, 1, 1, 1]), (3, 17, 1, [1, 1, 1, 1]),
+    (40, 112, 1, [1, 1, 1, 1]), (16, 16, 2, [1, 1, 1, 1]), (6, 18, 2, [1, 1, 0, 0]), (24, 40, 2, [1, 1, 1, 1]),
+    (2, 112, 2, [1, 1, 1, 1]),
+    # narrow planes of 7 outputs a row: 7 wide at stride 1, 14 at stride 2 (3 and 4 rows: the
+    # first and last rows only)
+    (7, 7, 1, [1, 1, 1, 1]), (3, 7, 1, [1, 1, 1, 1]), (14, 14, 2, [1, 1, 1, 1]), (4, 14, 2, [1, 1, 0, 0]),
+    # through the padded copy still: too narrow, odd, unpadded, uneven strides
+    (9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]), (16, 16, 1, [1, 1, 0, 0]),
+])
+def test_planes_read_in_place_match_the_reference(h: int, w: int, stride: int, pads: list[int]) -> None:
+    """... by the whole routines and, where the planes are read in place (all but the last
+    four cases), by the routines' in-place variants for the stride too."""
+    n, c = 2, 3
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    x[1, 2, h // 2, w - 1] = np.nan  # (a NaN at a row's end: max and the sums carry it)
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    want = np.clip(_conv_ort(x, wt, b, [stride] * 2, pads), 0.0, 6.0)
+    padded = (h, w, stride, pads) in [(9, 8, 1, [1, 1, 1, 1]), (15, 16, 2, [1, 1, 1, 1]), (16, 16, 2, [0, 0, 1, 1]),
+                                      (16, 16, 1, [1, 1, 0, 0])]
+    assert in_place((h, w), want.shape[2:], (stride, stride), (pads[0], pads[1])) is not padded
+    variants = ("", f"_inplace{stride}") if not padded else ("",)
+    for variant in variants:
+        y = np.full(want.shape, -7.0, np.float32)
+        dims = depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride), (pads[0], pads[1]), lo=0.0, hi=6.0)
+        _call("md_depthwise" + variant, [x, wt, b, y], dims)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    want = _pool_ort(x, [stride] * 2, pads)
+    for variant in variants:
+        y = np.full(want.shape, -7.0, np.float32)
+        _call("md_maxpool3x3" + variant, [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:],
+                                                                             (stride, stride), (pads[0], pads[1])))
+        np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize(("h", "w", "stride"), [(7, 7, 1), (3, 7, 1), (14, 14, 2), (4, 14, 2), (9, 16, 1),
+                                                (16, 16, 2), (5, 9, 1)])
+def test_planes_read_in_place_read_only_their_input(h: int, w: int, stride: int) -> None:
+    # (the input's first plane after a guard page, then its last plane before one)
+    c = 3
+    wt = RNG.standard_normal((c, 1, 3, 3), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    for at_end in (False, True):
+        x, release = _guarded((1, c, h, w), at_end)
+        try:
+            x[...] = RNG.standard_normal(x.shape)
+            want = _conv_ort(np.array(x), wt, b, [stride] * 2, [1, 1, 1, 1])
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_depthwise", [x, wt, b, y], depthwise_dims(1, c, (h, w), want.shape[2:], (stride, stride),
+                                                                (1, 1)))
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+            want = _pool_ort(np.array(x), [stride] * 2, [1, 1, 1, 1])
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_maxpool3x3", [x, None, None, y], depthwise_dims(1, c, (h, w), want.shape[2:],
+                                                                       (stride, stride), (1, 1)))
+            np.testing.assert_array_equal(y, want)
+        finally:
+            release()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, c, h, w = 1, int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 40))
+    strides = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+    pads = [int(v) for v in rng.integers(0, 3, 4)]
+    if h + pads[0] + pads[2] < 3 or w + pads[1] + pads[3] < 3:
+        pads = [2, 2, 2, 2]
+    wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    for at_end in (False, True):
+        x, release = _guarded((n, c, h, w), at_end)
+        try:
+            x[...] = rng.standard_normal(x.shape)
+            want = _conv_ort(np.array(x), wt, b, strides, pads)
+            y = np.full(want.shape, np.nan, np.float32)
+            _call("md_depthwise", [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                                (pads[0], pads[1])))
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        finally:
+            release()
+
+
+def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
+    """3x3 MaxPools (padded and strided, ceil mode, SAME_UPPER) run as ``md_maxpool3x3``, NaN
+    propagated as numpy's max does; a 2x2 pool keeps the generated kernel."""
+    g = GraphBuilder("pools")
+    x = g.input("x", parse_type("f32[n,8,15,14]"))
+    for attrs in ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"strides": [2, 2], "ceil_mode": 1},
+                  {"auto_pad": "SAME_UPPER"}, {"strides": [3, 1], "pads": [0, 1, 2, 0]}):
+        y, = g.node("MaxPool", [x], {"kernel_shape": [3, 3], **attrs})
+        g.output(y)
+    y, = g.node("MaxPool", [x], {"kernel_shape": [2, 2]})
+    g.output(y)
+    graph = g.build()
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 8, 15, 14), dtype=np.float32)}
+        feeds["x"][0, 1, 4, 5] = np.nan
+        got, want = exe.run(feeds), ref.run(feeds)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    assert kinds["maxpool 3x3"] == 4 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
+
+
+@pytest.mark.parametrize("size", ["16", "s"])
+def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) -> None:
+    """A max pool and depthwise convs over 16x16 planes (stride 2 and 1, one pixel of padding):
+    with the planes' size in the graph, their steps need only ``..._inplace2`` and
+    ``..._inplace1`` (a sixth of the routines' LLVM time); with a symbolic size, the whole
+    routines, which read any plane. The outputs are the reference backend's either way."""
+    g = GraphBuilder("planes")
+    x = g.input("x", parse_type(f"f32[n,4,{size},{size}]"))
+    y, = g.node("MaxPool", [x], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+    w = g.const("w", RNG.standard_normal((4, 1, 3, 3), dtype=np.float32))
+    z, = g.node("Conv", [x, w], {"kernel_shape": [3, 3], "group": 4, "pads": [1, 1, 1, 1]})
+    z, = g.node("Relu", [z])
+    g.output(y)
+    g.output(z)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
+    feeds = {"x": RNG.standard_normal((2, 4, 16, 16), dtype=np.float32)}
+    got, want = exe.run(feeds), ref.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+    routines = {r for s in exe.executable.steps for r in native_needs(s.native)}
+    whole = {"md_maxpool3x3", "md_depthwise"}
+    variants = {"md_maxpool3x3_inplace2", "md_depthwise_inplace1"}
+    assert (routines & (whole | variants)) == (variants if size == "16" else whole)
