@@ -133,7 +133,7 @@ def ask_llvm() -> HostTarget:
 
 
 def generate(ir: str, symbols: list[str], name: str, unroll: bool = True,
-             vectorize: bool = True) -> tuple[dict[str, int], bytes]:
+             vectorize: bool = True, light: bool = False) -> tuple[dict[str, int], bytes]:
     """Compile LLVM IR for the host and link it: ``({symbol: address}, object code)``; see
     :func:`metadef.codegen.jit.compile_ir` (this is the one door to LLVM for code generation:
     it loads LLVM on first use, so a process that only links cached code never does).
@@ -147,7 +147,7 @@ def generate(ir: str, symbols: list[str], name: str, unroll: bool = True,
     """
     from metadef.codegen import jit
 
-    addresses = jit.compile_ir(ir, symbols, name, unroll=unroll, vectorize=vectorize)
+    addresses = jit.compile_ir(ir, symbols, name, unroll=unroll, vectorize=vectorize, light=light)
     return addresses, jit.object_code(name) or b""
 
 

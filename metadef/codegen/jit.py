@@ -70,9 +70,9 @@ def _target_machine() -> llvm.TargetMachine:
     return machine  # type: ignore[return-value]
 
 
-def _optimize(module: llvm.ModuleRef, unroll: bool = True, vectorize: bool = True) -> None:
+def _optimize(module: llvm.ModuleRef, unroll: bool = True, vectorize: bool = True, light: bool = False) -> None:
     machine = _target_machine()
-    options = llvm.create_pipeline_tuning_options(speed_level=3 if vectorize else 2)
+    options = llvm.create_pipeline_tuning_options(speed_level=1 if light else 3 if vectorize else 2)
     options.loop_vectorization = vectorize
     options.slp_vectorization = vectorize
     options.loop_unrolling = unroll
@@ -83,7 +83,7 @@ def _optimize(module: llvm.ModuleRef, unroll: bool = True, vectorize: bool = Tru
 
 
 def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True,
-               vectorize: bool = True) -> dict[str, int]:
+               vectorize: bool = True, light: bool = False) -> dict[str, int]:
     """Parse, verify, optimize (O3) and JIT one module; return ``{symbol: address}``.
 
     ``name`` identifies the module (and its object code in :func:`object_code`). A module that
@@ -92,6 +92,8 @@ def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True,
     (28 x 28 pixels) is otherwise unrolled whole, for no gain and up to a second of LLVM.
     ``vectorize=False``: O2 without the loop and SLP vectorizers, for code whose vectors are
     written out already (or that only dispatches): the same speed for half of LLVM's time.
+    ``light=True``: the O1 pipeline (no vectorizers either), for code whose tiles, vectors and
+    prefetches are all written out: the code generator (``opt=3``) still schedules it.
     """
     _initialize()
     with _LOCK:
@@ -103,7 +105,7 @@ def compile_ir(ir: str, symbols: list[str], name: str, unroll: bool = True,
             module.verify()
         except RuntimeError as e:
             raise BackendError(f"LLVM rejected the IR of kernel {name}: {e}") from e
-        _optimize(module, unroll, vectorize)
+        _optimize(module, unroll, vectorize, light)
         obj = _target_machine().emit_object(module)
         _GENERATED[0] += 1
         _OBJECTS[name] = obj

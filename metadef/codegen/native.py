@@ -388,6 +388,13 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 14x14 0.10-0.11 -> 0.08, 7x7 0.08 -> 0.07 ms); the output transform needs no vectorizer either
 (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 
+OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
+                               "md_maxpool3x3", *INPLACE_VARIANTS, "md_winograd_in", "md_winograd_out",
+                               "md_winograd4_in", "md_winograd4_out"})
+"""Routines through LLVM's O1 pipeline (no vectorizers): their tiles, vectors and prefetches are
+all written out, so O3 only spent time on them (the code generator still schedules at its
+highest level)."""
+
 MODULE_SYMBOLS = {"md_run_tasks": ("md_run_tasks", "md_worker"),
                   "md_run_program": ("md_run_program", "md_run_sequence")}
 """The symbols of a routine's module besides the routine (by the routine's name)."""
@@ -446,8 +453,9 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
             pass
     module = f"md_native_{name}"
     try:
+        light = name in OPTIMIZED_LIGHTLY
         addresses, obj = generate(native_module(name), symbols, module, unroll=name not in UNROLLED_BY_HAND,
-                                  vectorize=name not in VECTORIZED_BY_HAND)
+                                  vectorize=name not in VECTORIZED_BY_HAND and not light, light=light)
     except BaseException:
         release(store, structure)
         raise
