@@ -52,7 +52,7 @@ from metadef.codegen.kernel_store import (
 )
 from metadef.codegen.link import load_object
 from metadef.codegen.lower import compose
-from metadef.codegen.sizes import abstract_sizes, plain_symbol
+from metadef.codegen.sizes import abstract_sizes, generic_sizes, plain_symbol
 from metadef.core.errors import BackendError
 from metadef.ir.graph import Graph, Node, Value
 from metadef.shape import Dim, evaluate, free_symbols, substitute, sym
@@ -436,8 +436,9 @@ def _compile(body: Any, name: str) -> Kernel:
         if done is not None and _fits(body, code):  # names are the code's, as with a cache hit
             return done
         with _LOCK:
-            return _REPLAYED.setdefault(code.symbol, _kernel(abstract_sizes(body), name, code, _link(code), True))
-    body = abstract_sizes(body)
+            return _REPLAYED.setdefault(code.symbol, _kernel(generic_sizes(abstract_sizes(body)), name, code,
+                                                             _link(code), True))
+    body = generic_sizes(abstract_sizes(body))
     key = _structure_key(body)
     kernel = _compile_keyed(body, name, key)
     record = _RECORD.get()

@@ -124,6 +124,35 @@ def test_same_structure_is_cached() -> None:
     assert compile_node(c.nodes[0]) is not compile_node(a.nodes[0])
 
 
+def test_elementwise_groups_share_a_kernel_across_channel_counts() -> None:
+    """An elementwise group of one shape throughout takes its fixed dims but the last two as
+    sizes of their own: ResNet's Relu over 64 or 128 channels of 7 x 7 is one kernel; 14 x 14
+    planes are another; the shapes given must still agree with one another."""
+    def add_relu(channels: int, size: int) -> Graph:
+        b = GraphBuilder("g")
+        t = parse_type(f"f32[n,{channels},{size},{size}]")
+        y, = b.node("Add", [b.input("x", t), b.input("r", t)])
+        z, = b.node("Relu", [y])
+        b.output(z)
+        return b.build()
+
+    first = compile_group(add_relu(64, 7), "add_relu")
+    before = compile_count()
+    assert compile_group(add_relu(128, 7), "add_relu") is first
+    assert compile_count() == before
+    assert compile_group(add_relu(64, 14), "add_relu") is not first
+    for channels in (64, 128, 3):
+        x, r = random((2, channels, 7, 7)), random((2, channels, 7, 7))
+        out = np.empty((2, channels, 7, 7), np.float32)
+        first([x, r], [out])
+        np.testing.assert_array_equal(out, np.maximum(x + r, 0))
+    # (the value names are those of the first body compiled to this code: another test's, maybe)
+    with pytest.raises(BackendError, match=r"input 1 \(%.*\) dim 1 is 32 but must be _dim1 = 64"):
+        first([random((2, 64, 7, 7)), random((2, 32, 7, 7))], [np.empty((2, 64, 7, 7), np.float32)])
+    with pytest.raises(BackendError, match=r"dim 2 must be 7"):
+        first([random((2, 64, 8, 8))] * 2, [np.empty((2, 64, 8, 8), np.float32)])
+
+
 def test_bad_inputs_raise_backend_error() -> None:
     kernel = compile_node(one_node("Add", ["f32[n,4]", "f32[4]"]).nodes[0])
     out = np.empty((2, 4), np.float32)
