@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -52,10 +53,11 @@ from metadef.codegen.kernel_store import (
 )
 from metadef.codegen.link import load_object
 from metadef.codegen.lower import compose
-from metadef.codegen.sizes import abstract_sizes, generic_sizes, plain_symbol
+from metadef.codegen.sizes import abstract_sizes, flat_form, plain_symbol
+from metadef.codegen.structure import structure_key
 from metadef.core.errors import BackendError
 from metadef.ir.graph import Graph, Node, Value
-from metadef.shape import Dim, evaluate, free_symbols, substitute, sym
+from metadef.shape import Dim, evaluate, free_symbols
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
 _EMPTY = np.zeros(8, np.float64)  # a valid address for zero-size tensors
@@ -84,8 +86,9 @@ class Kernel:
     def __init__(self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec],
                  constants: list[np.ndarray], slots: tuple[Dim, ...],
                  broadcasts: list[tuple[Dim, Dim, str]], address: int, symbol: str,
-                 nests: tuple[tuple[Dim, ...], ...] = ()) -> None:
+                 nests: tuple[tuple[Dim, ...], ...] = (), flat: bool = False) -> None:
         self.name = name
+        self.flat = flat  # (compiled flat: it takes operands of any one shape, as one run of elements)
         self.symbol = symbol
         self.nests = nests
         self.inputs, self.outputs = inputs, outputs
@@ -172,6 +175,8 @@ class Kernel:
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise self._fail(f"takes {len(self.inputs)} inputs and {len(self.outputs)} outputs, "
                              f"got {len(inputs)} and {len(outputs)}")
+        if self.flat:
+            inputs, outputs = self._flattened(inputs, outputs)
         env: dict[str, int] = {}
         later: list[tuple[Dim, int, str]] = []
         pointers = self._pointer_type()
@@ -204,6 +209,57 @@ class Kernel:
                                  for d, name in self._slot_plans))
         self._function(pointers, dims)
 
+    def _flat_shapes(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """A flat kernel's operand shapes (inputs, then outputs) as the kernel runs them: each
+        tensor one run of its elements, after checking they all have one shape."""
+        specs = [*self.inputs, *self.outputs]
+        common: tuple[tuple[int, ...], str] | None = None
+        flat = []
+        for i, (spec, shape) in enumerate(zip(specs, shapes)):
+            what = f"input {i} (%{spec.name})" if i < len(self.inputs) else f"output {i - len(self.inputs)}"
+            shape = tuple(shape)
+            if not spec.shape:  # (a scalar)
+                if shape:
+                    raise self._fail(f"{what} has shape {shape}, expected a scalar")
+                flat.append(())
+                continue
+            if common is None:
+                common = (shape, what)
+            elif shape != common[0]:
+                raise self._fail(f"{what} has shape {shape}, but {common[1]} has {common[0]}: the operands "
+                                 f"of this elementwise kernel share one shape")
+            flat.append((math.prod(shape),))
+        return flat
+
+    def _run_shapes(self, inputs: Sequence[tuple[int, ...]], outputs: Sequence[tuple[int, ...]]
+                    ) -> tuple[Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]]:
+        if not self.flat:
+            return inputs, outputs
+        shapes = self._flat_shapes([*inputs, *outputs])
+        return shapes[:len(self.inputs)], shapes[len(self.inputs):]
+
+    def _flattened(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """A flat kernel's operands as one run of elements each (views; an input that is not
+        contiguous is copied first), after checking they share one shape."""
+        specs, arrays = [*self.inputs, *self.outputs], [*inputs, *outputs]
+        n_in = len(self.inputs)
+        for k, array in enumerate(arrays):
+            if not isinstance(array, np.ndarray):
+                what = f"input {k} (%{specs[k].name})" if k < n_in else f"output {k - n_in}"
+                raise self._fail(f"{what} is a {type(array).__name__}, not a numpy array")
+        self._flat_shapes([a.shape for a in arrays])
+        flat = []
+        for k, (spec, array) in enumerate(zip(specs, arrays)):
+            if spec.shape:  # (scalars stay as they are)
+                if k < n_in:
+                    array = np.ascontiguousarray(array).reshape(-1)
+                elif not (array.flags.c_contiguous and array.flags.writeable):
+                    raise self._fail(f"output {k - n_in} (%{spec.name}) must be a writeable C-contiguous array")
+                else:
+                    array = array.reshape(-1)
+            flat.append(array)
+        return flat[:n_in], flat[n_in:]
+
     @property
     def constant_pointers(self) -> list[int]:
         """The addresses of the constants compiled with the kernel (between inputs and outputs
@@ -218,8 +274,8 @@ class Kernel:
         Example:
             >>> from metadef.ir import parse_graph
             >>> g = parse_graph("graph g(%x: f32[n,3]) -> (%y) { %y: f32[n,3] = Relu(%x) return %y }")
-            >>> compile_group(g, "relu").dims_for([(5, 3)], [(5, 3)])
-            [0, 1, 0, 5]
+            >>> compile_group(g, "relu").dims_for([(5, 3)], [(5, 3)])  # (compiled flat: 15 elements)
+            [0, 1, 0, 15]
 
         ``task`` of ``tasks`` with ``splits`` (the loop each nest splits): the dims of one part
         of a parallel run (see :meth:`split_plan`).
@@ -227,6 +283,7 @@ class Kernel:
         if len(input_shapes) != len(self.inputs) or len(output_shapes) != len(self.outputs):
             raise self._fail(f"takes {len(self.inputs)} inputs and {len(self.outputs)} outputs, "
                              f"got {len(input_shapes)} and {len(output_shapes)} shapes")
+        input_shapes, output_shapes = self._run_shapes(input_shapes, output_shapes)
         env: dict[str, int] = {}
         later: list[tuple[Dim, int, str]] = []
         specs = [*self.inputs, *self.outputs]
@@ -250,8 +307,9 @@ class Kernel:
             >>> from metadef.ir import parse_graph
             >>> g = parse_graph("graph g(%x: f32[n,3]) -> (%y) { %y: f32[n,3] = Relu(%x) return %y }")
             >>> compile_group(g, "relu").split_plan([(64, 3)], [(64, 3)])
-            ([0], 64)
+            ([0], 192)
         """
+        input_shapes, output_shapes = self._run_shapes(input_shapes, output_shapes)
         env: dict[str, int] = {}
         later: list[tuple[Dim, int, str]] = []
         for spec, shape, plan in zip([*self.inputs, *self.outputs], [*input_shapes, *output_shapes],
@@ -311,50 +369,6 @@ def _value(d: Dim, env: dict[str, int]) -> int:
 
 def _format(shape: tuple[Dim, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-# ------------------------------------------------------------------------- structure keys
-
-
-def _canonical_shape(shape: tuple[Dim, ...] | None, names: dict[str, str]) -> str:
-    if shape is None:
-        return "?"
-    dims = []
-    for d in shape:
-        for s in sorted(free_symbols(d)) if not isinstance(d, int) else ():
-            names.setdefault(s, f"s{len(names)}")
-        dims.append(str(d if isinstance(d, int) else substitute(d, {k: sym(v) for k, v in names.items()})))
-    return "[" + ",".join(dims) + "]"
-
-
-def _structure_key(body: Any) -> str:
-    """Everything that decides the code: ops, attributes, dtypes, symbolic shapes, constants."""
-    names: dict[str, str] = {}
-    ids: dict[int, int] = {}
-    parts = []
-
-    def ref(v: Any) -> str:
-        if v is None:
-            return "_"
-        if id(v) not in ids:
-            ids[id(v)] = len(ids)
-            t = v.type
-            text = f"{t.dtype.name if t else '?'}{_canonical_shape(t.shape if t else None, names)}"
-            if v.const is not None:
-                text += "=" + hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest()
-            parts.append(f"v{ids[id(v)]}:{text}")
-        return f"v{ids[id(v)]}"
-
-    for v in body.inputs:
-        ref(v)
-    parts.append("|")
-    for n in body.nodes:
-        attrs = sorted((k, repr(a)) for k, a in n.attrs.items())
-        ins = ",".join(ref(v) for v in n.inputs)
-        outs = ",".join(ref(v) for v in n.outputs)
-        parts.append(f"{n.domain}::{n.op}({ins})->{outs}{attrs}")
-    parts.append("->" + ",".join(ref(v) for v in body.outputs))
-    return "\n".join(parts)
 
 
 _LINKED: dict[str, int] = {}  # symbol -> address of every object linked into the JIT
@@ -419,35 +433,43 @@ def _fits(body: Any, code: KernelCode) -> bool:
         for v, (dtype, shape) in zip(body.outputs, code.outputs))
 
 
-def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = False) -> Kernel:
+def _kernel(body: Any, name: str, code: KernelCode, address: int, check: bool = False, flat: bool = False
+            ) -> Kernel:
     if check and not _fits(body, code):
         raise BackendError(f"kernel {name}: the code {code.symbol} does not fit the body's outputs")
     specs = [TensorSpec(v.name, v.type.dtype.numpy, tuple(v.type.shape)) for v in body.inputs]
     outs = [TensorSpec(v.name, dtype, shape) for v, (dtype, shape) in zip(body.outputs, code.outputs)]
     return Kernel(name, specs, outs, list(code.constants), code.slots, list(code.broadcasts), address, code.symbol,
-                  code.nests)
+                  code.nests, flat)
+
+
+def _prepared(body: Any) -> tuple[Any, bool]:
+    """The body a kernel is compiled from (sizes no shape gives abstracted; flat where it can
+    be: :func:`~metadef.codegen.sizes.flat_form`) and whether it is flat."""
+    body = abstract_sizes(body)
+    flat = flat_form(body)
+    return (body, False) if flat is None else (flat, True)
 
 
 def _compile(body: Any, name: str) -> Kernel:
+    body, flat = _prepared(body)
     replay = _REPLAY.get()
     if replay:
         code = replay.pop(0)
         done = _REPLAYED.get(code.symbol)  # made for another node of the plan (BERT's layers): its
-        if done is not None and _fits(body, code):  # names are the code's, as with a cache hit
+        if done is not None and _fits(body, code) and done.flat == flat:  # names are the code's, as with a hit
             return done
         with _LOCK:
-            return _REPLAYED.setdefault(code.symbol, _kernel(generic_sizes(abstract_sizes(body)), name, code,
-                                                             _link(code), True))
-    body = generic_sizes(abstract_sizes(body))
-    key = _structure_key(body)
-    kernel = _compile_keyed(body, name, key)
+            return _REPLAYED.setdefault(code.symbol, _kernel(body, name, code, _link(code), True, flat))
+    key = structure_key(body) + ("|flat" if flat else "")  # (a flat kernel takes operands of any shape)
+    kernel = _compile_keyed(body, name, key, flat)
     record = _RECORD.get()
     if record is not None:
         record.append(key)
     return kernel
 
 
-def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
+def _compile_keyed(body: Any, name: str, key: str, flat: bool = False) -> Kernel:
     store = current_store()
     with _LOCK:
         hit = _CACHE.get(key)
@@ -467,7 +489,7 @@ def _compile_keyed(body: Any, name: str, key: str) -> Kernel:
             _LINKED[code.symbol] = address
             if store is not None:
                 store.save(key, name, code)
-        kernel = _kernel(body, name, code, address)
+        kernel = _kernel(body, name, code, address, flat=flat)
         _CACHE[key] = (kernel, code)
         return kernel
 

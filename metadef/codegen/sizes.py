@@ -53,45 +53,40 @@ def abstract_sizes(body: Graph) -> Graph:
     return copy
 
 
-def generic_sizes(body: Graph) -> Graph:
-    """``body``, or a copy of it whose fixed dims (other than 1 and the last two) are sizes of
-    their own (``_dim1``, ... by axis), where that changes nothing but the number of kernels:
-    every node is elementwise (with or without broadcasting), every value a scalar or of the
-    first output's shape (and not a constant compiled in), so each axis is one loop of the nest
-    whatever its length. The last two stay fixed: LLVM flattens a plane of known size into one
-    vector loop (``[8, 2048, 7, 7]``: 134 us; with ``7 x 7`` as run-time sizes, rows of 7
-    floats, 504 us). ResNet-50's Relu epilogues over ``[n, 128, 28, 28]`` and ``[n, 256, 28,
-    28]`` are then one kernel (each ~35 ms of LLVM): 14 group kernels become 11, MobileNetV2's
-    28 become 20. The shapes a kernel is given must still agree with one another.
+def flat_form(body: Graph) -> Graph | None:
+    """A copy of ``body`` in which every tensor is flat (one run-time size, ``_size``), where
+    that changes nothing but the number of kernels and the loop nest's shape: every node is
+    elementwise (with or without broadcasting), every value a scalar or of the first output's
+    shape (of rank 2 or more), and no tensor's values are compiled in; else None. The kernel
+    then takes operands of any one shape (:class:`~metadef.codegen.kernel.Kernel` flattens
+    them): ResNet-50's Relu epilogues over ``[n, 64, 112, 112]`` ... ``[n, 512, 7, 7]`` are one
+    kernel, not eight (each ~35 ms of LLVM), and one loop over a whole tensor vectorizes where
+    rows of 7 floats did not.
 
     Example:
         >>> from metadef.ir import parse_graph
         >>> g = parse_graph("graph g(%x: f32[n,64,7,7]) -> (%y) { %y: f32[n,64,7,7] = Relu(%x) return %y }")
-        >>> str(generic_sizes(g).inputs[0].type)
-        'f32[n,_dim1,7,7]'
+        >>> str(flat_form(g).inputs[0].type)
+        'f32[_size]'
     """
     if not body.outputs or body.outputs[0].type is None or body.outputs[0].type.shape is None:
-        return body
+        return None
     shape = tuple(body.outputs[0].type.shape)
-    if not any(isinstance(d, int) and d > 1 for d in shape):
-        return body
+    if len(shape) < 2:
+        return None
     for node in body.nodes:
         if node.metaop.role not in (Role.ELEMENTWISE, Role.BROADCAST):
-            return body
+            return None
     for v in body.values():
         if v.type is None or v.type.shape is None:
-            return body
+            return None
         if len(v.type.shape) and (tuple(v.type.shape) != shape or v.const is not None):
-            return body  # (a broadcast, or a tensor whose values are compiled in: as it is)
-    general = tuple(sym(f"_dim{axis}") if isinstance(d, int) and d > 1 and axis < len(shape) - 2 else d
-                    for axis, d in enumerate(shape))
-    if general == shape:
-        return body
+            return None  # (a broadcast, or a tensor whose values are compiled in)
     copy = body.clone()
     for v in copy.values():
         if v.type is not None and v.type.shape is not None and len(v.type.shape):
-            v.type = TensorType(v.type.dtype, general)
+            v.type = TensorType(v.type.dtype, (sym("_size"),))
     return copy
 
 
-__all__ = ["abstract_sizes", "generic_sizes", "plain_symbol"]
+__all__ = ["abstract_sizes", "flat_form", "plain_symbol"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -124,33 +125,43 @@ def test_same_structure_is_cached() -> None:
     assert compile_node(c.nodes[0]) is not compile_node(a.nodes[0])
 
 
-def test_elementwise_groups_share_a_kernel_across_channel_counts() -> None:
-    """An elementwise group of one shape throughout takes its fixed dims but the last two as
-    sizes of their own: ResNet's Relu over 64 or 128 channels of 7 x 7 is one kernel; 14 x 14
-    planes are another; the shapes given must still agree with one another."""
-    def add_relu(channels: int, size: int) -> Graph:
+def test_elementwise_groups_of_one_shape_are_one_flat_kernel() -> None:
+    """An elementwise group whose values all have one shape is compiled flat: one kernel for
+    every such shape (ResNet's Relu epilogues over 64 channels of 56 x 56 or 512 of 7 x 7), a
+    loop over all the elements; its operands must still share one shape."""
+    def add_relu(shape: str) -> Graph:
         b = GraphBuilder("g")
-        t = parse_type(f"f32[n,{channels},{size},{size}]")
+        t = parse_type(f"f32[{shape}]")
         y, = b.node("Add", [b.input("x", t), b.input("r", t)])
         z, = b.node("Relu", [y])
         b.output(z)
         return b.build()
 
-    first = compile_group(add_relu(64, 7), "add_relu")
+    first = compile_group(add_relu("n,64,7,7"), "add_relu")
+    assert first.flat
     before = compile_count()
-    assert compile_group(add_relu(128, 7), "add_relu") is first
+    for shape in ("n,128,7,7", "n,64,14,14", "2,3,5"):
+        assert compile_group(add_relu(shape), "add_relu") is first
     assert compile_count() == before
-    assert compile_group(add_relu(64, 14), "add_relu") is not first
-    for channels in (64, 128, 3):
-        x, r = random((2, channels, 7, 7)), random((2, channels, 7, 7))
-        out = np.empty((2, channels, 7, 7), np.float32)
+    for shape in ((2, 64, 7, 7), (1, 3, 5), (4, 9)):
+        x, r = random(shape), random(shape)
+        out = np.empty(shape, np.float32)
         first([x, r], [out])
         np.testing.assert_array_equal(out, np.maximum(x + r, 0))
+        assert first.dims_for([shape, shape], [shape])[-1] == math.prod(shape)
+    x = random((2, 6, 5))
+    out = np.empty((2, 5, 6), np.float32)
+    first([x.transpose(0, 2, 1), x.transpose(0, 2, 1)], [out])  # (an input not contiguous: copied)
+    np.testing.assert_array_equal(out, np.maximum(2 * x.transpose(0, 2, 1), 0))
     # (the value names are those of the first body compiled to this code: another test's, maybe)
-    with pytest.raises(BackendError, match=r"input 1 \(%.*\) dim 1 is 32 but must be _dim1 = 64"):
+    with pytest.raises(BackendError, match=r"input 1 \(%.*\) has shape \(2, 32, 7, 7\), but input 0 .* share one"):
         first([random((2, 64, 7, 7)), random((2, 32, 7, 7))], [np.empty((2, 64, 7, 7), np.float32)])
-    with pytest.raises(BackendError, match=r"dim 2 must be 7"):
-        first([random((2, 64, 8, 8))] * 2, [np.empty((2, 64, 8, 8), np.float32)])
+    with pytest.raises(BackendError, match=r"output 0 has shape \(64, 2\), but input 0"):
+        first.dims_for([(2, 64), (2, 64)], [(64, 2)])
+    with pytest.raises(BackendError, match="writeable C-contiguous"):
+        first([random((4, 2))] * 2, [np.empty((2, 4), np.float32).T])
+    with pytest.raises(BackendError, match="not a numpy array"):
+        first([[1.0], random((1,))], [np.empty(1, np.float32)])
 
 
 def test_bad_inputs_raise_backend_error() -> None:
