@@ -34,6 +34,7 @@ from metadef.backends.x86 import attention, conv1x1, conv_transpose, gemm, movem
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
+from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.core.dtypes import FLOAT32
@@ -119,6 +120,10 @@ def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, s
     if not static:
         return fn, "chosen per shape"
     x_shape, w_shape = (1, *shapes[0][1:]), tuple(shapes[1])
+    own = depthwise_function(attrs, w_shape, conv1x1.static_planes(anchor), blas.conv_kernel(attrs)) \
+        if x.dtype == FLOAT32 else None
+    if own is not None:  # (the routine its native step calls: no generated kernel to compile for it)
+        return own, "depthwise 3x3: md_depthwise (our kernel)"
     generated = False
     if w_shape[1] == 1 and int(attrs.get("group") or 1) > 1 and w_shape[0] == x_shape[1] \
             and CODEGEN_MISSING is None and x.dtype == FLOAT32:

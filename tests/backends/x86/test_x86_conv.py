@@ -92,11 +92,40 @@ def test_low_precision_convs_sum_in_float32_and_round_once(case: str, dtype: str
 
 
 @pytest.mark.skipif(CODEGEN_MISSING is not None, reason="needs metadef.codegen (llvmlite)")
-def test_depthwise_runs_generated_and_multiplier_does_not() -> None:
+def test_depthwise_runs_our_kernel_or_generated_and_multiplier_does_not() -> None:
     plan = X86Backend().compile(_graph(*CASES["dw_s2_pad1"], True)).plan[0]
+    assert plan.reason == "depthwise 3x3: md_depthwise (our kernel)"
+    plan = X86Backend().compile(_graph(*CASES["dw_5x5_same"], True)).plan[0]
     assert plan.reason == "depthwise: padded input + generated window-sum kernel"
     plan = X86Backend().compile(_graph(*CASES["dw_multiplier"], True)).plan[0]
     assert plan.reason.startswith("depthwise im2col")
+
+
+@pytest.mark.skipif(CODEGEN_MISSING is not None, reason="needs metadef.codegen (llvmlite)")
+@pytest.mark.parametrize("case", ["dw_s1_pad1", "dw_s2_pad1", "dw_s2_asym", "dw_nopad", "dw_large"])
+def test_depthwise_step_by_step_runs_the_programs_routine(case: str) -> None:
+    """A 3x3 depthwise conv (with its Relu6) whose planes are known runs step by step (graphs
+    whose shapes depend on values) through the routine its program calls, and compiles no
+    kernel of its own for that path."""
+    from metadef.codegen import compile_count
+    x_type, w_shape, attrs = CASES[case]
+    b = GraphBuilder("dw")
+    x = b.input("x", parse_type(x_type))
+    y, = b.node("Conv", [x, b.const("w", _rand(*w_shape)), b.const("b", _rand(w_shape[0]))], attrs, name="/conv")
+    y, = b.node("Clip", [y, b.const("lo", np.array(0.0, np.float32)), b.const("hi", np.array(6.0, np.float32))])
+    b.output(y)
+    g = md.optimize(b.build(), level="aggressive")
+    sess = md.compile(g, target="x86")
+    before = compile_count()
+    want = md.compile(g, target="reference")
+    for batch in (1, 3):
+        feeds = _feeds(x_type, batch)
+        steps = sess.executable.run_steps(feeds, {"n": batch})
+        for got, ref in zip(steps, want.run(feeds).values()):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(sess.run(feeds)[g.outputs[0].name], steps[0], rtol=1e-6, atol=1e-6)
+    assert compile_count() == before
+    assert "md_depthwise" in sess.executable.plan[0].reason
 
 
 def test_padded_buffer_is_reused_and_left_clean() -> None:

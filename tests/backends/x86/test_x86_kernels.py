@@ -88,7 +88,7 @@ def test_conv_variant_choice_is_recorded() -> None:
     assert conv_variant({"group": 1, "pads": [1] * 4}, (1, 3, 9, 9), (4, 3, 3, 3)) == "im2col + one sgemm per group"
     assert conv_variant({"group": 2}, (1, 2, 96, 96), (2, 1, 3, 3)).startswith("depthwise loop")
     g = _conv_graph("f32[n,6,10,10]", (6, 1, 3, 3), {"group": 6}, True)
-    assert X86Backend().compile(g).plan[0].reason == "depthwise: padded input + generated window-sum kernel"
+    assert X86Backend().compile(g).plan[0].reason == "depthwise 3x3: md_depthwise (our kernel)"
 
 
 def test_fused_conv_group_runs_blas_then_epilogue() -> None:
