@@ -216,7 +216,7 @@ class Kernel:
         common: tuple[tuple[int, ...], str] | None = None
         flat = []
         for i, (spec, shape) in enumerate(zip(specs, shapes)):
-            what = f"input {i} (%{spec.name})" if i < len(self.inputs) else f"output {i - len(self.inputs)}"
+            what = self._label(i)
             shape = tuple(shape)
             if not spec.shape:  # (a scalar)
                 if shape:
@@ -230,6 +230,11 @@ class Kernel:
                                  f"of this elementwise kernel share one shape")
             flat.append((math.prod(shape),))
         return flat
+
+    def _label(self, k: int) -> str:
+        """Operand ``k`` (inputs, then outputs) as the kernel's errors name it."""
+        n_in = len(self.inputs)
+        return f"input {k} (%{self.inputs[k].name})" if k < n_in else f"output {k - n_in}"
 
     def _run_shapes(self, inputs: Sequence[tuple[int, ...]], outputs: Sequence[tuple[int, ...]]
                     ) -> tuple[Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]]:
@@ -245,8 +250,7 @@ class Kernel:
         n_in = len(self.inputs)
         for k, array in enumerate(arrays):
             if not isinstance(array, np.ndarray):
-                what = f"input {k} (%{specs[k].name})" if k < n_in else f"output {k - n_in}"
-                raise self._fail(f"{what} is a {type(array).__name__}, not a numpy array")
+                raise self._fail(f"{self._label(k)} is a {type(array).__name__}, not a numpy array")
         self._flat_shapes([a.shape for a in arrays])
         flat = []
         for k, (spec, array) in enumerate(zip(specs, arrays)):
@@ -254,7 +258,7 @@ class Kernel:
                 if k < n_in:
                     array = np.ascontiguousarray(array).reshape(-1)
                 elif not (array.flags.c_contiguous and array.flags.writeable):
-                    raise self._fail(f"output {k - n_in} (%{spec.name}) must be a writeable C-contiguous array")
+                    raise self._fail(f"{self._label(k)} must be a writeable C-contiguous array")
                 else:
                     array = array.reshape(-1)
             flat.append(array)

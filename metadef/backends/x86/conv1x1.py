@@ -465,8 +465,7 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
         begin, strides = geometry(sx[2:])
         n, c, h, w = sx
         out_hw = (int(outputs[0][2]), int(outputs[0][3]))
-        if min(begin) < 0 or stack_floats((h, w), out_hw, strides, begin) > STACK_FLOATS or 0 in (*sx, *out_hw) \
-                or (routine != "md_maxpool3x3" and not in_place((h, w), out_hw, strides, begin)):
+        if min(begin) < 0 or not routine_fits(routine, (h, w), out_hw, strides, begin) or 0 in (*sx, *out_hw):
             return otherwise(inputs, outputs, symbols)
 
         def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -517,6 +516,22 @@ def in_place_routine(routine: str, hw: tuple[int, int], out_hw: tuple[int, int],
     return f"{routine}_inplace{strides[0]}" if in_place(hw, out_hw, strides, begin) else routine
 
 
+def routine_fits(routine: str, hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int],
+                 begin: tuple[int, int]) -> bool:
+    """Whether ``routine`` (``md_depthwise``, ``md_maxpool3x3`` or a variant of either from
+    :func:`in_place_routine`) runs planes of these shapes: its padded plane fits its stack, and
+    a variant reads them in place.
+
+    Example:
+        >>> routine_fits("md_depthwise_inplace1", (16, 16), (16, 16), (1, 1), (1, 1))
+        True
+        >>> [routine_fits(r, (8, 8), (8, 8), (1, 1), (1, 1)) for r in ("md_depthwise_inplace1", "md_depthwise")]
+        [False, True]
+    """
+    return stack_floats(hw, out_hw, strides, begin) <= STACK_FLOATS and (
+        "_inplace" not in routine or in_place(hw, out_hw, strides, begin))
+
+
 def depthwise3x3(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype) -> bool:
     """Whether a Conv node is a 3x3, dilation-1 depthwise conv that ``md_depthwise`` runs."""
     kernel = tuple(attrs.get("kernel_shape") or (sw[2:] if sw is not None else ()))
@@ -546,8 +561,7 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
             return otherwise(inputs, outputs, symbols)
         n, c, h, wd = sx
         out_hw = tuple(outputs[0][2:])
-        if stack_floats((h, wd), out_hw, strides, (pads[0], pads[1])) > STACK_FLOATS or (
-                routine != "md_depthwise" and not in_place((h, wd), out_hw, strides, (pads[0], pads[1]))):
+        if not routine_fits(routine, (h, wd), out_hw, strides, (pads[0], pads[1])):
             return otherwise(inputs, outputs, symbols)
         if not zeros:
             zeros.append(np.zeros(c, np.float32))
@@ -570,4 +584,4 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
 
 __all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
            "depthwise3x3", "depthwise_lowering", "epilogue_form", "in_place_routine", "maxpool_lowering", "pointwise",
-           "pointwise_lowering", "static_planes"]
+           "pointwise_lowering", "routine_fits", "static_planes"]

@@ -16,17 +16,16 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from metadef.backends.x86.contractions import ContractionFn
-from metadef.backends.x86.conv1x1 import STACK_FLOATS, depthwise3x3, in_place_routine
-from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_depthwise import depthwise_dims, in_place, stack_floats
+from metadef.backends.x86.conv1x1 import depthwise3x3, in_place_routine, routine_fits
+from metadef.backends.x86.native import timed_call
+from metadef.codegen.native import native_function
+from metadef.codegen.native_depthwise import depthwise_dims
 
 
 def depthwise_function(attrs: Mapping[str, Any], w_shape: tuple[int, ...],
@@ -42,8 +41,7 @@ def depthwise_function(attrs: Mapping[str, Any], w_shape: tuple[int, ...],
     strides = tuple(int(s) for s in attrs.get("strides") or (1, 1))
     (hw, out_hw), begin = planes, (pads[0], pads[1])
     routine = in_place_routine("md_depthwise", hw, out_hw, begin, strides)  # (as the lowering picks it)
-    if stack_floats(hw, out_hw, strides, begin) > STACK_FLOATS or (
-            routine != "md_depthwise" and not in_place(hw, out_hw, strides, begin)):
+    if not routine_fits(routine, hw, out_hw, strides, begin):
         return None
     channels = w_shape[0]
     zeros = np.zeros(channels, np.float32)
@@ -61,9 +59,8 @@ def depthwise_function(attrs: Mapping[str, Any], w_shape: tuple[int, ...],
         arrays = [np.ascontiguousarray(a) for a in (x, w, b)]
         y = np.empty((x.shape[0], channels, *out_hw), np.float32)
         if y.size:
-            pointers = (ctypes.c_void_p * 4)(*(a.ctypes.data for a in (*arrays, y)))
-            dims = depthwise_dims(x.shape[0], channels, hw, out_hw, strides, begin, lo=-math.inf, hi=math.inf)
-            ENTRY(native_function(routine))(pointers, (ctypes.c_int64 * len(dims))(*dims))
+            timed_call(native_function(routine), [a.ctypes.data for a in (*arrays, y)],
+                       depthwise_dims(x.shape[0], channels, hw, out_hw, strides, begin))()
         return y
 
     return run
