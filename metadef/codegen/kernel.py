@@ -528,7 +528,9 @@ def compile_node(node: Node) -> Kernel:
     """One kernel for a single (non-fused) node, from its semantic expression.
 
     The kernel's inputs are the node's present (non-omitted) inputs in order, constants
-    included; the values of constant inputs that the op reads (axes, ...) are compiled in.
+    included; the values of constant inputs that the op reads (axes, ...) and of scalar
+    constants (``Pow``'s exponent, an ``Add``'s ``1.0``) are compiled in, so the generated
+    code can fold them (``x ** 2`` is ``x * x``).
 
     Example:
         >>> import numpy as np
@@ -553,7 +555,7 @@ def compile_node(node: Node) -> Kernel:
     renamed = {id(v): b for v, b in zip(inputs, body.inputs)}
     reads = node.metaop.reads
     for i, v in enumerate(node.inputs):
-        if v is not None and i in reads:
+        if v is not None and (i in reads or (v.const is not None and np.ndim(v.const) == 0)):
             renamed[id(v)].const = v.const
     clone = Node(node.op, tuple(None if v is None else renamed[id(v)] for v in node.inputs),
                  node.outputs, dict(node.attrs), node.name, node.domain)

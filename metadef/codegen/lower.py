@@ -108,6 +108,8 @@ class _Composer:
         self.memo: dict[tuple, Node] = {}
         for v in body.inputs:
             self.sources.append(self._source(v, len(self.sources)))
+            if v.const is not None and np.ndim(v.const) == 0:  # a scalar the kernel is compiled for
+                self.tensors[self.keys[id(v)]] = self._constant(v)  # (its pointer is passed, not read)
 
     # ---------------------------------------------------------------- tensors and names
     def key(self, value: Any) -> str:

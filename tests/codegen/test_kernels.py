@@ -51,6 +51,44 @@ def test_binary_broadcast(op: str, shapes: tuple) -> None:
     check_node(one_node(op, types), [random(a, low=low), random(b, low=low)])
 
 
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-20, 3e18, np.inf, -np.inf, np.nan], np.float32)
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 4.0, -1.0, -2.0, 0.5, 2.5, -0.5, 0.0])
+@pytest.mark.parametrize("dtype,text", [(np.float32, "f32"), (np.float64, "f64")])
+def test_pow_by_a_scalar_constant(exponent: float, dtype: type, text: str) -> None:
+    """A scalar exponent is compiled in (products, a division or a square root for the common
+    ones); the results stay within two roundings of numpy's ``power``, special values alike."""
+    x = np.concatenate([random((40,), low=-4, high=4), SPECIAL]).astype(dtype)
+    graph = one_node("Pow", [f"{text}[n]", f"{text}[]"], consts={1: np.array(exponent, dtype)})
+    with np.errstate(all="ignore"):
+        check_node(graph, [x], rtol=3 * float(np.finfo(dtype).eps), atol=0)
+
+
+def test_a_literal_square_is_a_product() -> None:
+    from metadef.codegen.build import apply
+    from metadef.codegen.exprs import Const, Load
+
+    x = Load(0, (), np.dtype(np.float32))
+    assert apply("pow", [x, Const(2.0, np.dtype(np.float32))]) == apply("*", [x, x])
+    assert apply("pow", [x, Const(2.5, np.dtype(np.float32))]).name == "pow"
+
+
+def test_a_single_node_kernel_compiles_its_scalar_constants_in() -> None:
+    """``compile_node`` passes constant inputs as kernel inputs, but a scalar one is read as a
+    literal: the tree of ``Pow(x, 2)`` is a product (its pointer is still passed, not read)."""
+    from metadef.codegen.lower import compose
+    from metadef.ir import GraphBuilder
+    from metadef.shape import parse_type
+
+    b = GraphBuilder("g")
+    x, e = b.input("x", parse_type("f32[n]")), b.input("e", parse_type("f32[]"))
+    e.const = np.array(2.0, np.float32)
+    b.output(*b.node("Pow", [x, e]))
+    tree = compose(b.build()).outputs[0].tree
+    assert tree.name == "*" and tree.args[0] == tree.args[1]
+
+
 def test_binary_symbolic_broadcast() -> None:
     graph = one_node("Add", ["f32[b,s,8]", "f32[s,8]"])
     check_node(graph, [random((3, 5, 8)), random((5, 8))])
