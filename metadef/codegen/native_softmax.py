@@ -1,8 +1,11 @@
-"""Attention's softmax by hand (see :mod:`.native`): ``md_softmax_rows``.
+"""Softmax by hand, for attention and for Softmax / LogSoftmax nodes (see :mod:`.native`):
+``md_softmax_rows``.
 
 For each row ``r`` of each item ``i`` of scores ``s [items, rows, n]``::
 
     p[i, r] = softmax(s[i, r] + mask row)      (over the n columns)
+
+or, with ``log`` set, ``log(softmax(...))`` as ``x - max - log(sum)`` (no ``e`` stored).
 
 the mask row (when there is one) at ``mask + (i / heads) * m_outer + (i % heads) * m_head + r *
 m_row`` (strides 0 where the mask broadcasts: BERT's ``[batch, 1, 1, n]`` is ``m_outer = n``,
@@ -33,26 +36,26 @@ from llvmlite import ir
 
 from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _if, _loop, _share, _splat
 
-SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "has_mask", "task", "tasks")
+SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "has_mask", "task", "tasks", "log")
 """The dims of ``md_softmax_rows``: args are ``[s [items, rows, n], mask or null, p [items,
-rows, n]]``; the mask's strides as in the module doc."""
+rows, n]]``; the mask's strides as in the module doc; ``log``: 1 for ``log(softmax)``."""
 
 LANES = 16
 _EXP = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
 def softmax_dims(items: int, heads: int, rows: int, n: int, *, mask: tuple[int, int, int] | None = None,
-                 task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+                 task: int = 0, tasks: int = 1, log: bool = False) -> tuple[int, ...]:
     """The dims of one ``md_softmax_rows`` call; ``mask``: its ``(m_outer, m_head, m_row)``
-    strides in floats (None: no mask).
+    strides in floats (None: no mask); ``log``: ``log(softmax)``.
 
     Example:
         >>> softmax_dims(96, 12, 128, 128, mask=(128, 0, 0))
-        (96, 12, 128, 128, 128, 0, 0, 1, 0, 1)
+        (96, 12, 128, 128, 128, 0, 0, 1, 0, 1, 0)
     """
     m_outer, m_head, m_row = mask or (0, 0, 0)
     values = {"items": items, "heads": heads, "rows": rows, "n": n, "m_outer": m_outer, "m_head": m_head,
-              "m_row": m_row, "has_mask": int(mask is not None), "task": task, "tasks": tasks}
+              "m_row": m_row, "has_mask": int(mask is not None), "task": task, "tasks": tasks, "log": int(log)}
     return tuple(values[d] for d in SOFTMAX_DIMS)
 
 
@@ -65,9 +68,9 @@ def _intrinsic(module: ir.Module, name: str, typ: ir.Type, arity: int) -> ir.Fun
 
 def _exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
     """``exp(x)`` lane by lane (or of a scalar) for ``x <= 0`` (a softmax's shifted scores):
-    ``x`` raised to -87 (below it ``exp`` is under 1.7e-38, no longer a normal float), ``x = k
-    ln 2 + r``, Cephes' polynomial in ``r``, times ``2^k`` made from its bits; NaN stays NaN (it
-    passes the raise and every step after). Half the work of the general ``md_expf``: no upper
+    ``x = k ln 2 + r``, Cephes' polynomial in ``r``, times ``2^k`` made from its bits; 0 below
+    -87 (where ``exp`` is under 1.7e-38, no longer a normal float: ``exp(-inf)`` is 0, as a
+    masked score needs); NaN stays NaN. Half the work of the general ``md_expf``: no upper
     clamp, no split scale."""
     typ = x.type
     lanes = typ.count if isinstance(typ, ir.VectorType) else 0
@@ -79,7 +82,8 @@ def _exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
         return _splat(b, I32(value), lanes) if lanes else I32(value)
 
     fma = _intrinsic(module, "fmuladd", typ, 3)
-    y = b.select(b.fcmp_ordered("<", x, c(-87.0)), c(-87.0), x)
+    under = b.fcmp_ordered("<", x, c(-87.0))
+    y = b.select(under, c(-87.0), x)
     k = b.call(_intrinsic(module, "roundeven", typ, 1), [b.fmul(y, c(1.4426950408889634))])
     r = b.call(fma, [k, c(-0.693359375), y])
     r = b.call(fma, [k, c(2.12194440e-4), r])
@@ -88,7 +92,7 @@ def _exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
         p = b.call(fma, [p, r, c(coefficient)])
     e = b.fadd(b.call(fma, [p, b.fmul(r, r), r]), c(1.0))
     scale = b.bitcast(b.shl(b.add(b.fptosi(k, ir.VectorType(I32, lanes) if lanes else I32), ints(127)), ints(23)), typ)
-    return b.fmul(e, scale)
+    return b.select(under, c(0.0), b.fmul(e, scale))
 
 
 def _reduce(b: ir.IRBuilder, v: ir.Value, combine: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
@@ -109,67 +113,98 @@ def _larger(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 
 def _softmax_rows(module: ir.Module) -> None:
+    """The routine: four bodies (with or without a mask, softmax or its log) chosen once a call,
+    so a row's loops test no flag; the maximum on four accumulators and the sum on two (one
+    accumulator made each pass a chain of dependent compares or adds)."""
     b, args, dims = _define(module, "md_softmax_rows")
     s, mask, p = (_arg(b, args, i, PTR) for i in range(3))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(SOFTMAX_DIMS)}
     n = d["n"]
     vector = ir.VectorType(F32, LANES)
-    has_mask = b.icmp_signed("!=", d["has_mask"], I64(0))
-    whole = b.mul(b.sdiv(n, I64(LANES)), I64(LANES))
-    best = b.alloca(vector)
-    total = b.alloca(vector)
-    best1 = b.alloca(F32)
-    total1 = b.alloca(F32)
+    vectors = b.sdiv(n, I64(LANES))
+    quads = b.sdiv(vectors, I64(4))
+    whole = b.mul(vectors, I64(LANES))
+    best = [b.alloca(vector) for _ in range(4)]
+    total = [b.alloca(vector) for _ in range(2)]
+    best1, total1 = b.alloca(F32), b.alloca(F32)
+    logf = module.globals.get("logf") or ir.Function(module, ir.FunctionType(F32, [F32]), "logf")
     first, last = _share(b, b.mul(d["items"], d["rows"]), d)
+    zero_v = ir.Constant(vector, [0.0] * LANES)
 
-    def row(u: ir.Value) -> None:
-        item, r = b.sdiv(u, d["rows"]), b.srem(u, d["rows"])
-        x, y = _elem(b, s, b.mul(u, n)), _elem(b, p, b.mul(u, n))
-        at = b.add(b.add(b.mul(b.sdiv(item, d["heads"]), d["m_outer"]), b.mul(b.srem(item, d["heads"]), d["m_head"])),
-                   b.mul(r, d["m_row"]))
-        m = b.select(has_mask, _elem(b, mask, at), x)  # (a pointer that exists; read only with a mask)
-        zero_v, zero_s = ir.Constant(vector, [0.0] * LANES), F32(0.0)
+    def rows(masked: bool, log: bool) -> None:
+        def row(u: ir.Value) -> None:
+            item, r = b.sdiv(u, d["rows"]), b.srem(u, d["rows"])
+            x, y = _elem(b, s, b.mul(u, n)), _elem(b, p, b.mul(u, n))
+            at = b.add(b.add(b.mul(b.sdiv(item, d["heads"]), d["m_outer"]),
+                             b.mul(b.srem(item, d["heads"]), d["m_head"])), b.mul(r, d["m_row"]))
+            m = _elem(b, mask, at) if masked else None
 
-        def value(j: ir.Value, typ: ir.Type) -> ir.Value:
-            v = b.load(_elem(b, x, j), typ=typ, align=4)
-            added = b.fadd(v, b.load(_elem(b, m, j), typ=typ, align=4))
-            return b.select(has_mask, added, v)
+            def value(j: ir.Value, typ: ir.Type) -> ir.Value:
+                v = b.load(_elem(b, x, j), typ=typ, align=4)
+                return v if m is None else b.fadd(v, b.load(_elem(b, m, j), typ=typ, align=4))
 
-        b.store(ir.Constant(vector, [float("-inf")] * LANES), best)
-        b.store(F32(float("-inf")), best1)
-        _loop(b, I64(0), b.sdiv(n, I64(LANES)),
-              lambda q: b.store(_larger(b, b.load(best, typ=vector), value(b.mul(q, I64(LANES)), vector)), best))
-        _loop(b, whole, n, lambda j: b.store(_larger(b, b.load(best1, typ=F32), value(j, F32)), best1))
-        top = _larger(b, b.load(best1, typ=F32), _reduce(b, b.load(best, typ=vector), lambda u, v: _larger(b, u, v)))
-        top_v = _splat(b, top, LANES)
-        b.store(zero_v, total)
-        b.store(zero_s, total1)
+            def vector_at(q: ir.Value) -> ir.Value:
+                return value(b.mul(q, I64(LANES)), vector)
 
-        def exp_vector(q: ir.Value) -> None:
-            j = b.mul(q, I64(LANES))
-            e = _exp(b, module, b.fsub(value(j, vector), top_v))
-            b.store(e, b.bitcast(_elem(b, y, j), vector.as_pointer()), align=4)
-            b.store(b.fadd(b.load(total, typ=vector), e), total)
+            def keep_larger(acc: ir.Value, v: ir.Value) -> None:
+                b.store(_larger(b, b.load(acc, typ=v.type), v), acc)
 
-        def exp_scalar(j: ir.Value) -> None:
-            e = _exp(b, module, b.fsub(value(j, F32), top))
-            b.store(e, _elem(b, y, j))
-            b.store(b.fadd(b.load(total1, typ=F32), e), total1)
+            for acc in best:
+                b.store(ir.Constant(vector, [float("-inf")] * LANES), acc)
+            b.store(F32(float("-inf")), best1)
+            _loop(b, I64(0), quads, lambda q: [keep_larger(acc, vector_at(b.add(b.mul(q, I64(4)), I64(i))))
+                                               for i, acc in enumerate(best)])
+            _loop(b, b.mul(quads, I64(4)), vectors, lambda q: keep_larger(best[0], vector_at(q)))
+            _loop(b, whole, n, lambda j: keep_larger(best1, value(j, F32)))
+            pairs = [_larger(b, b.load(best[i], typ=vector), b.load(best[i + 2], typ=vector)) for i in (0, 1)]
+            top = _larger(b, b.load(best1, typ=F32), _reduce(b, _larger(b, *pairs), lambda u, v: _larger(b, u, v)))
+            top_v = _splat(b, top, LANES)
 
-        _loop(b, I64(0), b.sdiv(n, I64(LANES)), exp_vector)
-        _loop(b, whole, n, exp_scalar)
-        whole_sum = b.fadd(b.load(total1, typ=F32), _reduce(b, b.load(total, typ=vector), b.fadd))
-        scale = b.fdiv(F32(1.0), whole_sum)
-        scale_v = _splat(b, scale, LANES)
+            def add_exp(acc: ir.Value, j: ir.Value, typ: ir.Type, shift: ir.Value) -> None:
+                e = _exp(b, module, b.fsub(value(j, typ), shift))
+                if not log:
+                    b.store(e, b.bitcast(_elem(b, y, j), typ.as_pointer()), align=4)
+                b.store(b.fadd(b.load(acc, typ=typ), e), acc)
 
-        def normalize_vector(q: ir.Value) -> None:
-            at = b.bitcast(_elem(b, y, b.mul(q, I64(LANES))), vector.as_pointer())
-            b.store(b.fmul(b.load(at, typ=vector, align=4), scale_v), at, align=4)
+            for acc in total:
+                b.store(zero_v, acc)
+            b.store(F32(0.0), total1)
+            pairs_end = b.mul(b.sdiv(vectors, I64(2)), I64(2))
+            _loop(b, I64(0), b.sdiv(vectors, I64(2)), lambda q: [
+                add_exp(acc, b.mul(b.add(b.mul(q, I64(2)), I64(i)), I64(LANES)), vector, top_v)
+                for i, acc in enumerate(total)])
+            _loop(b, pairs_end, vectors, lambda q: add_exp(total[0], b.mul(q, I64(LANES)), vector, top_v))
+            _loop(b, whole, n, lambda j: add_exp(total1, j, F32, top))
+            sums = b.fadd(b.load(total[0], typ=vector), b.load(total[1], typ=vector))
+            whole_sum = b.fadd(b.load(total1, typ=F32), _reduce(b, sums, b.fadd))
+            if log:  # log(softmax) = x - (max + log(sum))
+                shift = b.fadd(top, b.call(logf, [whole_sum]))
+                shift_v = _splat(b, shift, LANES)
+                _loop(b, I64(0), vectors, lambda q: b.store(
+                    b.fsub(vector_at(q), shift_v), b.bitcast(_elem(b, y, b.mul(q, I64(LANES))), vector.as_pointer()),
+                    align=4))
+                _loop(b, whole, n, lambda j: b.store(b.fsub(value(j, F32), shift), _elem(b, y, j)))
+                return
+            scale = b.fdiv(F32(1.0), whole_sum)
+            scale_v = _splat(b, scale, LANES)
 
-        _loop(b, I64(0), b.sdiv(n, I64(LANES)), normalize_vector)
-        _loop(b, whole, n, lambda j: b.store(b.fmul(b.load(_elem(b, y, j), typ=F32), scale), _elem(b, y, j)))
+            def normalize_vector(q: ir.Value) -> None:
+                at = b.bitcast(_elem(b, y, b.mul(q, I64(LANES))), vector.as_pointer())
+                b.store(b.fmul(b.load(at, typ=vector, align=4), scale_v), at, align=4)
 
-    _if(b, b.icmp_signed(">", n, I64(0)), lambda: _loop(b, first, last, row))
+            _loop(b, I64(0), vectors, normalize_vector)
+            _loop(b, whole, n, lambda j: b.store(b.fmul(b.load(_elem(b, y, j), typ=F32), scale), _elem(b, y, j)))
+
+        _loop(b, first, last, row)
+
+    has_mask = b.icmp_signed("!=", d["has_mask"], I64(0))
+    log = b.icmp_signed("!=", d["log"], I64(0))
+    nonempty = b.icmp_signed(">", n, I64(0))
+    for masked in (False, True):
+        for as_log in (False, True):
+            chosen = b.and_(b.icmp_unsigned("==", has_mask, ir.Constant(ir.IntType(1), int(masked))),
+                            b.icmp_unsigned("==", log, ir.Constant(ir.IntType(1), int(as_log))))
+            _if(b, b.and_(nonempty, chosen), lambda masked=masked, as_log=as_log: rows(masked, as_log))
     b.ret_void()
 
 

@@ -37,6 +37,7 @@ from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lower
 from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
+from metadef.backends.x86.softmax import softmax_lowering
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
 from metadef.ops import Role
@@ -84,8 +85,16 @@ def generated_node(node: Node) -> Choice | str:
     if isinstance(kernel, str):
         return kernel
     present = [i for i, v in enumerate(node.inputs) if v is not None]
-    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel", native=conv1x1
-                  .maxpool_lowering(node, native.kernel_lowering(kernel, present, range(len(node.outputs)))))
+    lowering = native.kernel_lowering(kernel, present, range(len(node.outputs)))
+    own = routine_lowerings.get(node.qualop)
+    return Choice(_generated(kernel), "generated", f"{node.metaop.role.value} node: one LLVM kernel",
+                  native=lowering if own is None else own(node, lowering))
+
+
+routine_lowerings: dict[str, Callable[[Node, Lowering], Lowering]] = {
+    "MaxPool": conv1x1.maxpool_lowering, "Softmax": softmax_lowering, "LogSoftmax": softmax_lowering}
+"""Ops whose native step may call a hand-written routine instead of the node's generated
+kernel: op -> (node, the generated kernel's lowering) -> the lowering that decides per shape."""
 
 
 def generated_group(node: Node) -> Choice | str:
@@ -539,5 +548,5 @@ def replay(node: Node, strategy: str, reason: str, fallback: bool) -> Choice | s
 __all__ = ["CODEGEN_MISSING", "Choice", "Epilogue", "StepKernel", "Strategy", "attrs_of", "castlike_node", "choose",
            "contraction_group", "contraction_kernels", "generated_group", "generated_node",
            "library_contraction", "native_contractions", "op_strategies", "reference", "replay",
-           "role_strategies", "split_epilogue", "string_values",
+           "role_strategies", "routine_lowerings", "split_epilogue", "string_values",
            "strategy_named"]

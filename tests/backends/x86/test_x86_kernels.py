@@ -315,7 +315,7 @@ def test_softmax_rows_match_numpy_with_nan_and_tasks() -> None:
     p = np.full_like(s, 7.0)
     for task in range(3):
         dims = softmax_dims(6, 3, 5, 35, mask=(35, 0, 0), task=task, tasks=3)
-        fn((ctypes.c_void_p * 3)(s.ctypes.data, mask.ctypes.data, p.ctypes.data), (ctypes.c_int64 * 10)(*dims))
+        fn((ctypes.c_void_p * 3)(s.ctypes.data, mask.ctypes.data, p.ctypes.data), (ctypes.c_int64 * len(dims))(*dims))
     x = s.reshape(2, 3, 5, 35) + mask[:, None]
     with np.errstate(invalid="ignore"):
         e = np.exp(x - x.max(-1, keepdims=True))
