@@ -195,8 +195,9 @@ def _attr_text(value: Any) -> str:
 
 
 def _read_constants(graph: Graph) -> set[int]:
-    """The ids of the constants some node reads at compile time (its meta-op's ``reads``)."""
-    read: set[int] = set()
+    """The ids of the constants some node reads at compile time (its meta-op's ``reads``),
+    and of every scalar constant (a single-node kernel compiles scalars in: ``x ** 2``)."""
+    read = {id(v) for v in graph.constants if v.const is not None and np.ndim(v.const) == 0}
     for n in graph.nodes:
         try:
             positions: Iterable[int] = n.metaop.reads
@@ -214,8 +215,9 @@ def graph_hash(graph: Graph, weights: bool = True) -> str:
 
     With ``weights=False`` the *weights* count by dtype and shape only: the constants of the
     top-level graph that no op reads at compile time (``reads``), which a backend passes to
-    its kernels as run-time arguments. Constants an op reads (axes, shapes) and every
-    constant of a nested body (a fused group's body is compiled whole) still count by value.
+    its kernels as run-time arguments. Constants an op reads (axes, shapes), scalars (a kernel
+    compiles them in) and every constant of a nested body (a fused group's body is compiled
+    whole) still count by value.
     A backend that compiles weights into its code must keep the default.
 
     Example:

@@ -60,6 +60,25 @@ def test_weights_count_by_type_compiled_in_constants_by_value() -> None:
     assert graph_hash(g, weights=False) != graph_hash(_graph(2.0, BIAS[None]), weights=False)  # shape counts
 
 
+def _power(exponent: float) -> Graph:
+    """One node ``x ** exponent`` (not fused): the scalar is a top-level constant, which the
+    node's kernel compiles in (``x * x`` for 2)."""
+    b = GraphBuilder("power")
+    y, = b.node("Pow", [b.input("x", parse_type("f32[n,8]")), b.const("e", np.float32(exponent))])
+    b.output(y)
+    return b.build()
+
+
+def test_a_top_level_scalar_counts_by_value_and_runs_with_its_own_kernel(cache_dir: Path) -> None:
+    """Two graphs that differ only in a scalar constant share no compiled model (in this
+    process or on disk): each runs with its own value."""
+    assert graph_hash(_power(2.0), weights=False) != graph_hash(_power(3.0), weights=False)
+    np.testing.assert_allclose(_run(_power(2.0)), X ** 2, rtol=1e-6)
+    np.testing.assert_allclose(_run(_power(3.0)), X ** 3, rtol=1e-6)
+    forget_in_memory()
+    np.testing.assert_allclose(_run(_power(3.0)), X ** 3, rtol=1e-6)
+
+
 def test_a_changed_weight_hits_the_model_and_runs_with_the_new_values(cache_dir: Path) -> None:
     np.testing.assert_allclose(_run(_graph(2.0, BIAS)), np.exp(X * 2) + BIAS, rtol=1e-5)
     forget_in_memory()
