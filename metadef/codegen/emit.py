@@ -40,6 +40,7 @@ from metadef.codegen.exprs import Axis, Const, InBounds, IndexValue, Lin, Load, 
 from metadef.codegen.instr import cast, constant, emit_op, intrinsic
 from metadef.codegen.lower import Group, Output, out_var
 from metadef.codegen.mathlib import MATH_DECLARATIONS, definitions_for
+from metadef.codegen.merge import merge_reduce_axes
 from metadef.shape import Dim, mul, sym
 
 I64 = np.dtype(np.int64)
@@ -224,6 +225,7 @@ class _Emitter:
         return loop
 
     def reduce(self, node: Reduce, frame: Frame) -> str:
+        node = merge_reduce_axes(node)  # (whole adjacent axes as one loop: a plain vector loop)
         acc_type = llvm_type(node.acc)
         init = constant(_identity(node.op, node.acc), node.acc)
         loops, parent = [], frame

@@ -147,6 +147,35 @@ def test_reductions(op: str, axes: list[int], keepdims: int) -> None:
     check_node(graph, [random((3, 5, 7), low=low, high=high)])
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceLogSumExp"])
+@pytest.mark.parametrize("axes", [[1, 2], [2, 3], [1, 2, 3], [0, 1], [1, 3]])
+@pytest.mark.parametrize("types", [("f32[b,4,5,6]", (3, 4, 5, 6)), ("f32[b,c,h,w]", (2, 3, 7, 17))])
+def test_reductions_over_adjacent_axes(op: str, axes: list[int], types: tuple[str, tuple[int, ...]]) -> None:
+    """Whole adjacent axes reduce as one loop (``codegen.merge``), symbolic lengths too; [1, 3]
+    keeps two loops."""
+    graph = one_node(op, [types[0], "i64[?]"], {"keepdims": 0}, consts={1: np.array(axes, np.int64)})
+    check_node(graph, [random(types[1])])
+
+
+def test_instance_normalization_over_planes() -> None:
+    check_node(one_node("InstanceNormalization", ["f32[n,c,h,w]", "f32[c]", "f32[c]"]),
+               [random((2, 3, 9, 11)), random((3,)), random((3,))], rtol=1e-4, atol=1e-5)
+    check_node(one_node("InstanceNormalization", ["f32[n,4,56,56]", "f32[4]", "f32[4]"]),
+               [random((1, 4, 56, 56)), random((4,)), random((4,))], rtol=1e-4, atol=1e-5)
+
+
+def test_a_window_keeps_its_loops_apart() -> None:
+    from metadef.codegen.exprs import Axis, Lin, Load, Reduce
+    from metadef.codegen.merge import merge_reduce_axes
+
+    f32 = np.dtype(np.float32)
+    window = Load(0, (Axis(Lin.var("p").plus(Lin.var("r")), 9, "checked"), Axis(Lin.var("s"), 3, "plain")), f32)
+    r = Reduce("sum", ("r", "s"), (3, 3), window, f32, f32)
+    assert merge_reduce_axes(r) is r
+    swapped = Load(0, (Axis(Lin.var("s"), 3, "plain"), Axis(Lin.var("r"), 3, "plain")), f32)
+    assert merge_reduce_axes(Reduce("sum", ("r", "s"), (3, 3), swapped, f32, f32)).vars == ("r", "s")
+
+
 def test_layer_normalization() -> None:
     graph = one_node("LayerNormalization", ["f32[b,s,32]", "f32[32]", "f32[32]"], {"axis": -1})
     check_node(graph, [random((2, 3, 32)), random((32,)), random((32,))])
