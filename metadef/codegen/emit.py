@@ -4,8 +4,10 @@ The loop-nest IR is a tree of :class:`Frame` (a straight-line block) and :class:
 Each value is placed in the frame of the innermost loop whose variable it reads, so anything
 invariant is computed outside the loops that do not change it, once; a reduction becomes a
 loop (with its accumulator as a phi) placed the same way: softmax's max and sum run once per
-row, before the loop over the row's elements, which only reads them. Values are cached per
-frame, so a subtree read twice is emitted once.
+row, before the loop over the row's elements, which only reads them. A reduction that keeps the
+last axis (``sum[r] x[r, j]``, a softmax over channels) instead runs for a block of that axis at
+once, each step a contiguous vector loop into a buffer on the stack (:meth:`_Emitter.column`).
+Values are cached per frame, so a subtree read twice is emitted once.
 
 Sizes are run-time arguments: the function is ``void @name(ptr %args, ptr %dims)`` where
 ``args`` holds the tensor pointers (inputs, then constants, then outputs) and ``dims`` the
@@ -41,7 +43,7 @@ from metadef.codegen.instr import cast, constant, emit_op, intrinsic
 from metadef.codegen.lower import Group, Output, out_var
 from metadef.codegen.mathlib import MATH_DECLARATIONS, definitions_for
 from metadef.codegen.merge import merge_reduce_axes
-from metadef.shape import Dim, mul, sym
+from metadef.shape import Dim, add, floordiv, mul, sym
 
 I64 = np.dtype(np.int64)
 
@@ -102,6 +104,8 @@ class _Emitter:
         self.declarations: set[str] = set()
         self.pointers = [f"%p{i}" for i in range(len(group.sources) + len(group.outputs))]
         self.nests: list[tuple[Dim, ...]] = []
+        self.columns: dict[Reduce, tuple[str, Reduce]] = {}  # column reduction -> (its block's buffer, merged form)
+        self.block_start = "0"  # the first element of the current block of the innermost output loop
 
     # ------------------------------------------------------------------ plumbing
     def fresh(self, prefix: str = "v") -> str:
@@ -160,6 +164,8 @@ class _Emitter:
         if isinstance(node, InBounds):
             inside = self.offset(node.axes, frame)[1]
             return cast(out, inside, np.dtype(bool), node.dtype)
+        if isinstance(node, Reduce) and node in self.columns:
+            return self.column_value(node, frame)
         if isinstance(node, Reduce):
             return self.reduce(node, frame)
         raise CodegenUnsupported(f"cannot emit {type(node).__name__}")
@@ -244,27 +250,99 @@ class _Emitter:
         frame.items.append(loops[0])
         for var in node.vars:
             del self.var_frames[var]
-        result = phis[0]
+        return self.finish(node, phis[0], frame)
+
+    def finish(self, node: Reduce, result: str, frame: Frame) -> str:
+        """A reduction's accumulated ``result`` as its value: divided by the count for a mean,
+        cast to its dtype."""
         out = self.emitter(frame)
         if node.op == "mean":
+            acc_type = llvm_type(node.acc)
             count = "1"
             for extent in node.extents:
                 count = out(f"mul i64 {count}, {self.dim(extent)}")
             result = out(f"fdiv {acc_type} {result}, {out(f'sitofp i64 {count} to {acc_type}')}")
         return cast(out, result, node.acc, node.dtype)
 
+    # ------------------------------------------------------------------ column reductions
+    def element_of(self, buffer: str, acc_type: str, frame: Frame) -> str:
+        """The address of the current element of the innermost output loop in a block buffer."""
+        out = self.emitter(frame)
+        var = self.var_values[self.last]
+        return out(f"getelementptr inbounds {acc_type}, ptr {buffer}, i64 {out(f'sub i64 {var}, {self.block_start}')}")
+
+    def column(self, original: Reduce, block: Frame, end: str) -> None:
+        """Reduction ``original`` for every element of the current block of the innermost
+        output loop at once, into a buffer: the identity stored, then for each step of the
+        reduction a contiguous (vector) loop over the block combining into it."""
+        node = merge_reduce_axes(original)
+        acc_type = llvm_type(node.acc)
+        buffer = self.fresh("col")
+        self.root.items.insert(0, f"  {buffer} = alloca [{COLUMN_BLOCK} x {acc_type}], align 64")
+        saved = self.var_frames[self.last], self.var_values[self.last]
+        init = self.block_loop(block, end)
+        ptr = self.element_of(buffer, acc_type, init.body)
+        init.body.items.append(f"  store {acc_type} {constant(_identity(node.op, node.acc), node.acc)}, ptr {ptr}")
+        block.items.append(init)
+        loops, parent = [], block
+        for var, extent in zip(node.vars, node.extents):
+            loops.append(self.open_loop(var, extent, parent))
+            parent = loops[-1].body
+        inner = self.block_loop(parent, end)
+        body = cast(self.emitter(inner.body), self.value(node.body), node.body.dtype, node.acc)
+        out = self.emitter(inner.body)
+        ptr = self.element_of(buffer, acc_type, inner.body)
+        combined = _combine(out, node.op, out(f"load {acc_type}, ptr {ptr}"), body, node.acc)
+        inner.body.items.append(f"  store {acc_type} {combined}, ptr {ptr}")
+        parent.items.append(inner)
+        for k in range(len(loops) - 1, 0, -1):
+            loops[k - 1].body.items.append(loops[k])
+        block.items.append(loops[0] if loops else inner)
+        for var in node.vars:
+            del self.var_frames[var]
+        self.var_frames[self.last], self.var_values[self.last] = saved
+        self.columns[original] = (buffer, node)
+
+    def block_loop(self, parent: Frame, end: str) -> Loop:
+        """A loop over the current block of the innermost output axis (its variable bound to it)."""
+        loop = Loop(self.fresh("i"), end, Frame(parent, parent.depth + 1), start=self.block_start)
+        self.var_frames[self.last], self.var_values[self.last] = loop.body, loop.var
+        return loop
+
+    def column_value(self, original: Reduce, frame: Frame) -> str:
+        buffer, node = self.columns[original]
+        acc_type = llvm_type(node.acc)
+        ptr = self.element_of(buffer, acc_type, frame)
+        return self.finish(node, self.emitter(frame)(f"load {acc_type}, ptr {ptr}"), frame)
+
     def nest(self, outputs: list[tuple[int, Output]]) -> None:
-        """One loop nest computing the outputs (all of one shape)."""
+        """One loop nest computing the outputs (all of one shape). Where a reduction runs down
+        the columns of the innermost output axis (``sum[r] x[r, j]``), that axis is walked in
+        blocks of :data:`COLUMN_BLOCK`: a block loop after the axes the reductions depend on,
+        each block's reductions first (:meth:`column`), then the other axes, then the block's
+        elements innermost."""
         shape = outputs[0][1].shape
-        order = _loop_order(len(shape), [o.tree for _, o in outputs])
-        splittable = len(order) - 1 if len(order) > 1 else len(order)  # never the innermost loop
+        trees = [o.tree for _, o in outputs]
+        order = _loop_order(len(shape), trees)
+        self.last = out_var(len(shape) - 1) if shape else ""
+        columns = _column_reductions(trees, self.last) if shape else []
+        plan: list[int | None] = list(order)  # output axes, None for the block loop
+        if columns:
+            used = _reduction_vars(trees)
+            plan = [a for a in order if out_var(a) in used and a != len(shape) - 1] + [None] + \
+                [a for a in order if out_var(a) not in used and a != len(shape) - 1]
+        blocks = floordiv(add(shape[-1], COLUMN_BLOCK - 1), COLUMN_BLOCK) if columns else 1
+        splittable = len(plan) if columns or len(plan) == 1 else len(plan) - 1  # never the innermost loop
         if splittable:
             task, tasks = self.dim(sym(TASK)), self.dim(sym(TASKS))
             split = self.dim(sym(split_slot(len(self.nests))))
-        self.nests.append(tuple(shape[a] for a in order))
+        self.nests.append(tuple(blocks if a is None else shape[a] for a in plan) + ((COLUMN_BLOCK,) if columns else ()))
         loops, parent = [], self.root
-        for k, axis in enumerate(order):
-            loop = self.open_loop(out_var(axis), shape[axis], parent)
+        for k, axis in enumerate(plan):
+            if axis is None:
+                loop = Loop(self.fresh("b"), self.dim(blocks), Frame(parent, parent.depth + 1))
+            else:
+                loop = self.open_loop(out_var(axis), shape[axis], parent)
             if k < splittable:  # this task's slice when the split falls on this loop
                 out = self.emitter(parent)
                 mine = out(f"icmp eq i64 {split}, {k}")
@@ -275,6 +353,18 @@ class _Emitter:
                 loop.extent = out(f"select i1 {mine}, i64 {hi}, i64 {loop.extent}")
             loops.append(loop)
             parent = loop.body
+            if axis is None:  # the block's reductions
+                out = self.emitter(parent)
+                extent = self.dim(shape[-1])
+                self.block_start = out(f"mul i64 {loop.var}, {COLUMN_BLOCK}")
+                after = out(f"add i64 {self.block_start}, {COLUMN_BLOCK}")
+                end = out(f"select i1 {out(f'icmp slt i64 {after}, {extent}')}, i64 {after}, i64 {extent}")
+                self.var_frames[self.last], self.var_values[self.last] = parent, "0"  # (rebound per loop)
+                for node in columns:
+                    self.column(node, parent, end)
+        if columns:  # the block's elements
+            loops.append(self.block_loop(parent, end))
+            parent = loops[-1].body
         index = Lin()
         stride: Dim = 1
         for axis in range(len(shape) - 1, -1, -1):
@@ -294,6 +384,8 @@ class _Emitter:
         if loops:
             self.root.items.append(loops[0])
         self.var_frames.clear()
+        self.columns.clear()
+        self.block_start = "0"
 
     # ------------------------------------------------------------------ text
     def render(self, frame: Frame, label: str, lines: list[str]) -> str:
@@ -345,14 +437,53 @@ def _combine(out, op: str, acc: str, value: str, dtype: np.dtype) -> str:
     return out(f"{'mul' if op == 'prod' else 'add'} {ty} {acc}, {value}")
 
 
+COLUMN_BLOCK = 256
+"""Elements of the innermost output axis whose column reductions run together (a buffer of
+this many accumulators each, on the stack)."""
+
+
+def _column_reductions(trees: list[Node], last: str) -> list[Reduce]:
+    """The reductions (children first) that depend on the innermost output variable ``last``
+    and read it only as the whole index of their tensors' last axes, their own variables on
+    other axes: each step of such a reduction reads a contiguous run along ``last``, so a
+    block of them accumulates as one vector loop (one at a time, each strode across rows)."""
+    found = []
+    for tree in trees:
+        for node in walk(tree):
+            if isinstance(node, Reduce) and last in free_vars(node) and _reads_columns(node, last) \
+                    and node not in found:
+                found.append(node)
+    return found
+
+
+def _reads_columns(node: Reduce, last: str) -> bool:
+    own = set(node.vars)
+    for n in walk(node.body):
+        if isinstance(n, IndexValue) and last in n.index.variables:
+            return False
+        if isinstance(n, (Load, InBounds)):
+            axes = [a for a in n.axes if a.mode != "zero"]
+            for i, a in enumerate(axes):
+                uses = set(a.index.variables)
+                if last in uses and (i != len(axes) - 1 or a is not n.axes[-1] or a.index.bare != last
+                                     or a.mode != "plain"):
+                    return False
+                if uses & own and a is n.axes[-1]:
+                    return False
+        if isinstance(n, Reduce) and n is not node and not _reads_columns(n, last):
+            return False
+    return True
+
+
+def _reduction_vars(trees: list[Node]) -> set[str]:
+    """The output variables some reduction of the trees depends on."""
+    return {v for tree in trees for node in walk(tree) if isinstance(node, Reduce) for v in free_vars(node)}
+
+
 def _loop_order(rank: int, trees: list[Node]) -> list[int]:
     """Output axes outermost-first: the axes that reductions depend on go first, so each
     reduction runs once per value of them (the rest keep their order, the last innermost)."""
-    used: set[str] = set()
-    for tree in trees:
-        for node in walk(tree):
-            if isinstance(node, Reduce):
-                used |= free_vars(node)
+    used = _reduction_vars(trees)
     axes = list(range(rank))
     return sorted(axes, key=lambda a: (out_var(a) not in used, a)) if used else axes
 
@@ -388,4 +519,4 @@ def emit_module(group: Group, name: str) -> Emitted:
     return Emitted(text, name, slots, tuple(e.nests))
 
 
-__all__ = ["TASK", "TASKS", "Emitted", "Frame", "Loop", "emit_module", "split_slot"]
+__all__ = ["COLUMN_BLOCK", "TASK", "TASKS", "Emitted", "Frame", "Loop", "emit_module", "split_slot"]

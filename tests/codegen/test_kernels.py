@@ -157,6 +157,35 @@ def test_reductions_over_adjacent_axes(op: str, axes: list[int], types: tuple[st
     check_node(graph, [random(types[1])])
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceLogSumExp"])
+@pytest.mark.parametrize("axes,shape", [([0], (9, 700)), ([1], (2, 5, 300)), ([0, 1], (3, 4, 257)),
+                                        ([0, 2], (3, 4, 5, 260))])
+def test_reductions_down_columns(op: str, axes: list[int], shape: tuple[int, ...]) -> None:
+    """Reductions that keep the last axis run down its columns in blocks of COLUMN_BLOCK
+    (several blocks, the last one partial), the dims symbolic."""
+    dims = ",".join(f"d{i}" for i in range(len(shape)))
+    graph = one_node(op, [f"f32[{dims}]", "i64[?]"], {"keepdims": 1}, consts={1: np.array(axes, np.int64)})
+    check_node(graph, [random(shape)], rtol=1e-5, atol=1e-5)
+
+
+def test_only_reductions_that_keep_the_last_axis_run_down_columns() -> None:
+    from metadef.codegen.emit import COLUMN_BLOCK, emit_module
+    from metadef.codegen.lower import compose
+
+    def nests(op: str, attrs: dict) -> tuple:
+        return emit_module(compose(one_node(op, ["f32[a,b,c]"], attrs)), "k").nests
+
+    # the axis the reductions keep (a), the blocks of c, the softmax's axis (b), a block's elements
+    assert [str(d) for d in nests("Softmax", {"axis": 1})[0]] == ["a", "floor((c + 255)/256)", "b", str(COLUMN_BLOCK)]
+    assert [str(d) for d in nests("Softmax", {"axis": -1})[0]] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_softmax_down_columns(op: str, axis: int) -> None:
+    check_node(one_node(op, ["f32[a,b,c]"], {"axis": axis}), [random((3, 6, 300), low=-6, high=6)])
+
+
 def test_instance_normalization_over_planes() -> None:
     check_node(one_node("InstanceNormalization", ["f32[n,c,h,w]", "f32[c]", "f32[c]"]),
                [random((2, 3, 9, 11)), random((3,)), random((3,))], rtol=1e-4, atol=1e-5)

@@ -61,3 +61,22 @@ def test_softmax_rows_split_across_threads_and_keep_nan_and_inf_as_numpy(op: str
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
     assert np.isnan(got[5]).all() and np.isnan(want[5]).all()
     np.testing.assert_array_equal(got[9], want[9])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reductions_down_columns_split_across_threads(threads: int) -> None:
+    """A softmax over the channels of NCHW planes (segmentation heads) and a mean over the
+    sequence axis (mean pooling) keep the last axis: they run down its columns in blocks, and
+    the blocks (or the outer axes) split across the pool; the reference's answers."""
+    from metadef.ir import parse_graph
+    g = parse_graph("""graph g(%x: f32[n,19,h,w], %s: f32[b,t,300]) -> (%p, %m) {
+      %p: f32[n,19,h,w] = Softmax(%x) {axis=1} @channels
+      %a: i64[1] = const [1]
+      %m: f32[b,300] = ReduceMean(%s, %a) {keepdims=0} @pool
+      return %p, %m }""")
+    feeds = {"x": (RNG.standard_normal((3, 19, 33, 40)) * 3).astype(np.float32),
+             "s": RNG.standard_normal((5, 77, 300)).astype(np.float32)}
+    got = md.compile(g, target="x86", cache=False, threads=threads).run(feeds)
+    want = md.compile(g, target="reference").run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
