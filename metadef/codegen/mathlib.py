@@ -86,13 +86,13 @@ def _c(value: float) -> str:
     return float_literal(value)
 
 
-_LOG2E = 1.4426950408889634
-_ROUND = 12582912.0
+LOG2E = 1.4426950408889634
+ROUND_MAGIC = 12582912.0
 """1.5 * 2**23: adding it rounds a float below 2**22 to an integer (to nearest even), which
 then sits in the low bits of the sum's mantissa (the "magic number" rounding: one FMA)."""
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-"""ln 2 in two parts (Cody and Waite): ``n * _LN2_HI`` is exact for ``|n| < 2**15``."""
-_EXP_POLY = [0.001381459878757596, 0.008368716575205326, 0.04166838899254799, 0.1666652113199234,
+LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
+"""ln 2 in two parts (Cody and Waite): ``n * LN2_HI`` is exact for ``|n| < 2**15``."""
+EXP_POLY = [0.001381459878757596, 0.008368716575205326, 0.04166838899254799, 0.1666652113199234,
              0.4999999403953552, 1.0, 1.0]
 """``e**r`` on ``[-ln2/2, ln2/2]``, degree 6 (highest first; fitted here for minimal relative
 error, 3e-9, its two lowest coefficients exactly 1: one FMA fewer than Cephes' degree 7)."""
@@ -113,19 +113,19 @@ def _exp_reduce(b: _Body, x: str, sign: float = 1.0) -> tuple[str, str]:
     """``(rounded, r)`` with ``exp(sign * x) = e**(sign * r) * 2**n`` for a finite ``|x| < 2**21``:
     ``n`` is ``sign * x / ln 2`` rounded, held in the low bits of ``rounded`` (as an integer,
     ``bits(rounded) << 23`` is ``n << 23``), ``|r| <= ln2/2``; four operations (the
-    rounding by :data:`_ROUND` instead of ``roundeven`` and ``fptosi``)."""
-    rounded = _fma(b, x, _c(sign * _LOG2E), _c(_ROUND))
-    n = b(f"fsub float {rounded}, {_c(_ROUND)}")
-    r = _fma(b, n, _c(-sign * _LN2_HI), x)
-    return rounded, _fma(b, n, _c(-sign * _LN2_LO), r)
+    rounding by :data:`ROUND_MAGIC` instead of ``roundeven`` and ``fptosi``)."""
+    rounded = _fma(b, x, _c(sign * LOG2E), _c(ROUND_MAGIC))
+    n = b(f"fsub float {rounded}, {_c(ROUND_MAGIC)}")
+    r = _fma(b, n, _c(-sign * LN2_HI), x)
+    return rounded, _fma(b, n, _c(-sign * LN2_LO), r)
 
 
 def _exp_poly(b: _Body, r: str, factor: float = 1.0, sign: float = 1.0) -> str:
     """``factor * e**(sign * r)`` for ``|r| <= ln2/2`` by Horner's scheme (the loops these run in
     are bound by the count of vector operations, not by the chain's latency), within 1 ulp;
     ``factor`` a power of two (exact)."""
-    degree = len(_EXP_POLY) - 1
-    return b.horner(r, [factor * c * sign ** (degree - i) for i, c in enumerate(_EXP_POLY)])
+    degree = len(EXP_POLY) - 1
+    return b.horner(r, [factor * c * sign ** (degree - i) for i, c in enumerate(EXP_POLY)])
 
 
 def _exponent_of(b: _Body, rounded: str) -> str:
@@ -204,7 +204,7 @@ def _tanhf() -> str:
     a = _clamp(b, b("call float @llvm.fabs.f32(float %x)"), 0.0, 9.0)
     t = b(f"fmul float {a}, -2.0")
     rounded, r = _exp_reduce(b, t)
-    p = b(f"fmul float {b.horner(r, _EXP_POLY[:-1])}, {r}")  # e**r - 1
+    p = b(f"fmul float {b.horner(r, EXP_POLY[:-1])}, {r}")  # e**r - 1
     s = _pow2(b, rounded, 127 << 23)
     m = _fma(b, s, p, b(f"fsub float {s}, 1.0"))
     t = b(f"fdiv float {m}, {b(f'fsub float -2.0, {m}')}")
@@ -288,5 +288,5 @@ def definitions_for(text: str) -> str:
 MATH_DECLARATIONS = _DECLARATIONS
 """The intrinsics the definitions call (a module declares each intrinsic once)."""
 
-__all__ = ["DEFINITIONS", "FUNCTIONS", "MATH_DECLARATIONS", "MATH_IR", "definitions_for",
-           "float_literal"]
+__all__ = ["DEFINITIONS", "EXP_POLY", "FUNCTIONS", "LN2_HI", "LN2_LO", "LOG2E", "MATH_DECLARATIONS", "MATH_IR",
+           "ROUND_MAGIC", "definitions_for", "float_literal"]

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from metadef.codegen.mathlib import EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC
 from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _if, _loop, _share, _splat
 
 SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "has_mask", "task", "tasks", "log")
@@ -41,7 +42,6 @@ SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "ha
 rows, n]]``; the mask's strides as in the module doc; ``log``: 1 for ``log(softmax)``."""
 
 LANES = 16
-_EXP = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
 def softmax_dims(items: int, heads: int, rows: int, n: int, *, mask: tuple[int, int, int] | None = None,
@@ -67,32 +67,31 @@ def _intrinsic(module: ir.Module, name: str, typ: ir.Type, arity: int) -> ir.Fun
 
 
 def _exp(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
-    """``exp(x)`` lane by lane (or of a scalar) for ``x <= 0`` (a softmax's shifted scores):
-    ``x = k ln 2 + r``, Cephes' polynomial in ``r``, times ``2^k`` made from its bits; 0 below
-    -87 (where ``exp`` is under 1.7e-38, no longer a normal float: ``exp(-inf)`` is 0, as a
-    masked score needs); NaN stays NaN. Half the work of the general ``md_expf``: no upper
-    clamp, no split scale."""
+    """``exp(x)`` lane by lane (or of a scalar) for ``x <= 0`` (a softmax's shifted scores), as
+    the generated kernels' ``md_expf`` computes it (:mod:`.mathlib`: ``n`` rounded by the magic
+    number, ``r`` by Cody and Waite, a degree-6 polynomial) but with ``2**n`` added to the
+    polynomial's exponent bits (every result is normal): 0 below -87 (where ``exp`` is under
+    1.7e-38: ``exp(-inf)`` is 0, as a masked score needs); NaN stays NaN."""
     typ = x.type
     lanes = typ.count if isinstance(typ, ir.VectorType) else 0
+    ints = ir.VectorType(I32, lanes) if lanes else I32
 
     def c(value: float) -> ir.Value:
         return _splat(b, F32(value), lanes) if lanes else F32(value)
 
-    def ints(value: int) -> ir.Value:
-        return _splat(b, I32(value), lanes) if lanes else I32(value)
-
     fma = _intrinsic(module, "fmuladd", typ, 3)
     under = b.fcmp_ordered("<", x, c(-87.0))
     y = b.select(under, c(-87.0), x)
-    k = b.call(_intrinsic(module, "roundeven", typ, 1), [b.fmul(y, c(1.4426950408889634))])
-    r = b.call(fma, [k, c(-0.693359375), y])
-    r = b.call(fma, [k, c(2.12194440e-4), r])
-    p = c(_EXP[0])
-    for coefficient in _EXP[1:]:
+    rounded = b.call(fma, [y, c(LOG2E), c(ROUND_MAGIC)])
+    n = b.fsub(rounded, c(ROUND_MAGIC))
+    r = b.call(fma, [n, c(-LN2_HI), y])
+    r = b.call(fma, [n, c(-LN2_LO), r])
+    p = c(EXP_POLY[0])
+    for coefficient in EXP_POLY[1:]:
         p = b.call(fma, [p, r, c(coefficient)])
-    e = b.fadd(b.call(fma, [p, b.fmul(r, r), r]), c(1.0))
-    scale = b.bitcast(b.shl(b.add(b.fptosi(k, ir.VectorType(I32, lanes) if lanes else I32), ints(127)), ints(23)), typ)
-    return b.select(under, c(0.0), b.fmul(e, scale))
+    shift = _splat(b, I32(23), lanes) if lanes else I32(23)
+    e = b.bitcast(b.add(b.bitcast(p, ints), b.shl(b.bitcast(rounded, ints), shift)), typ)
+    return b.select(under, c(0.0), e)
 
 
 def _reduce(b: ir.IRBuilder, v: ir.Value, combine: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
