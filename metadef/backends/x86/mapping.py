@@ -38,6 +38,7 @@ from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.softmax import softmax_lowering
+from metadef.backends.x86.transpose import transpose_lowering
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
 from metadef.ops import Role
@@ -92,7 +93,8 @@ def generated_node(node: Node) -> Choice | str:
 
 
 routine_lowerings: dict[str, Callable[[Node, Lowering], Lowering]] = {
-    "MaxPool": conv1x1.maxpool_lowering, "Softmax": softmax_lowering, "LogSoftmax": softmax_lowering}
+    "MaxPool": conv1x1.maxpool_lowering, "Softmax": softmax_lowering, "LogSoftmax": softmax_lowering,
+    "Transpose": transpose_lowering}
 """Ops whose native step may call a hand-written routine instead of the node's generated
 kernel: op -> (node, the generated kernel's lowering) -> the lowering that decides per shape."""
 
