@@ -240,17 +240,30 @@ class _Emitter:
             parent = loops[-1].body
         phis = [self.fresh("acc") for _ in loops]
         body = cast(self.emitter(parent), self.value(node.body), node.body.dtype, node.acc)
-        nxt = _combine(self.emitter(parent), node.op, phis[-1], body, node.acc)
+        out = self.emitter(parent)
+        extremum = node.op in ("max", "min") and node.acc.kind == "f"
+        if extremum:  # x86's max / min (one instruction), a NaN seen kept apart: see _extremum
+            nxt, nan_phis = _extremum(out, node.op, phis[-1], body, node.acc), [self.fresh("nan") for _ in loops]
+            seen = out(f"or i1 {nan_phis[-1]}, {out(f'fcmp uno {acc_type} {body}, 0.0')}")
+        else:
+            nxt = _combine(out, node.op, phis[-1], body, node.acc)
         for k, loop in enumerate(loops):
             start = init if k == 0 else phis[k - 1]
             done = nxt if k == len(loops) - 1 else phis[k + 1]
             loop.accs.append((phis[k], acc_type, start, done))
+            if extremum:
+                loop.accs.append((nan_phis[k], "i1", "false" if k == 0 else nan_phis[k - 1],
+                                  seen if k == len(loops) - 1 else nan_phis[k + 1]))
         for k in range(len(loops) - 1, 0, -1):
             loops[k - 1].body.items.append(loops[k])
         frame.items.append(loops[0])
         for var in node.vars:
             del self.var_frames[var]
-        return self.finish(node, phis[0], frame)
+        result = phis[0]
+        if extremum:
+            nan = constant(float("nan"), node.acc)
+            result = self.emitter(frame)(f"select i1 {nan_phis[0]}, {acc_type} {nan}, {acc_type} {result}")
+        return self.finish(node, result, frame)
 
     def finish(self, node: Reduce, result: str, frame: Frame) -> str:
         """A reduction's accumulated ``result`` as its value: divided by the count for a mean,
@@ -478,6 +491,19 @@ def _reads_columns(node: Reduce, last: str) -> bool:
 def _reduction_vars(trees: list[Node]) -> set[str]:
     """The output variables some reduction of the trees depends on."""
     return {v for tree in trees for node in walk(tree) if isinstance(node, Reduce) for v in free_vars(node)}
+
+
+def _extremum(out, op: str, acc: str, value: str, dtype: np.dtype) -> str:
+    """A float max / min step of a reduction as ``llvm.maxnum`` / ``minnum`` marked ``nnan nsz``:
+    one vmaxps / vminps a vector (``llvm.maximum`` is NaN-propagating and orders -0 below +0,
+    five instructions). It may drop a NaN, so the reduction also tracks whether it saw one and
+    answers NaN then (as numpy's max); with no NaN the result is exact, up to the sign of a
+    zero among zeros."""
+    ty = llvm_type(dtype)
+    suffix = {"float": "f32", "double": "f64", "half": "f16"}[ty]
+    name = f"llvm.{'maxnum' if op == 'max' else 'minnum'}.{suffix}"
+    out.declare(f"declare {ty} @{name}({ty}, {ty})")
+    return out(f"call nnan nsz {ty} @{name}({ty} {acc}, {ty} {value})")
 
 
 def _loop_order(rank: int, trees: list[Node]) -> list[int]:

@@ -186,6 +186,20 @@ def test_softmax_down_columns(op: str, axis: int) -> None:
     check_node(one_node(op, ["f32[a,b,c]"], {"axis": axis}), [random((3, 6, 300), low=-6, high=6)])
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_max_and_min_keep_a_nan_and_infinities(op: str) -> None:
+    """Float max / min reductions take one instruction a vector and may drop a NaN, so they
+    track one: a row with a NaN anywhere (a vector's lane or the tail) is NaN, as numpy's."""
+    x = random((6, 37), low=-50, high=50)
+    x[0, 3], x[1, 36], x[2, 20] = np.nan, np.nan, np.inf
+    x[3, :] = -np.inf
+    x[4, 0], x[4, 1] = np.nan, np.inf
+    graph = one_node(op, ["f32[n,37]", "i64[1]"], {"keepdims": 0}, consts={1: np.array([-1], np.int64)})
+    check_node(graph, [x])
+    check_node(one_node("GlobalMaxPool", ["f32[n,2,5,7]"]), [np.where(random((2, 2, 5, 7)) > 2.5, np.nan, 1.0)
+                                                          .astype(np.float32)])
+
+
 def test_instance_normalization_over_planes() -> None:
     check_node(one_node("InstanceNormalization", ["f32[n,c,h,w]", "f32[c]", "f32[c]"]),
                [random((2, 3, 9, 11)), random((3,)), random((3,))], rtol=1e-4, atol=1e-5)
