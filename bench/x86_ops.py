@@ -1,12 +1,16 @@
-"""Single ops that used to leave x86's native program, vs ONNX Runtime, measured interleaved.
+"""Single ops vs ONNX Runtime, measured interleaved: the ops of users' models beyond the zoo.
 
-Each case is a one- or two-node ONNX model: a decoder's 2x ConvTranspose, an Inception-style
-Concat of four branches, BERT's embedding Gather, a tf2onnx-style Pad before a conv, YOLO's
-nearest 2x upsampling, a CastLike. metadef compiles it for x86 (``threads=1``; ORT with one intra-op thread) and the
-two run alternately; the table gives medians in ms and the ratio metadef / ORT, and the
-kind of step metadef ran (``native``/``blas``: in the native program; ``reference``: numpy).
+Each case is a one- or two-node ONNX model. First the ops that used to leave x86's native
+program: a decoder's 2x ConvTranspose, an Inception-style Concat of four branches, BERT's
+embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsampling, a CastLike.
+Then generated and routine kernels on common shapes: transcendental activations, the softmax
+family (rows, and over channels), reductions along rows and down columns, norms, transposes,
+``Pow(x, 2)`` (RMSNorm's square). metadef compiles each for x86 (``threads``; ORT with as many
+intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
+metadef / ORT, and the kind of step metadef ran (``native``/``blas``/``generated``: in the
+native program; ``reference``: numpy).
 
-    .venv/bin/python bench/x86_ops.py [--runs 50]
+    .venv/bin/python bench/x86_ops.py [--runs 50] [--threads 1] [--only Softmax Reduce]
 """
 
 from __future__ import annotations
@@ -62,17 +66,53 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             [helper.make_node("CastLike", ["x", "half"], ["h"]), helper.make_node("CastLike", ["h", "x"], ["y"])],
             [helper.make_tensor_value_info("x", F, ["n", 64, 56, 56])],
             {"half": np.zeros(1, np.float16)}), {"x": x}),
+        **{f"{op} [512,768]": _one(op, (512, 768)) for op in ("Exp", "Tanh", "Sigmoid", "Erf", "Gelu")},
+        "Softmax rows [512,768]": _one("Softmax", (512, 768), axis=-1),
+        "Softmax [8,12,128,128] (attention)": _one("Softmax", (8, 12, 128, 128), axis=-1),
+        "Softmax over channels [8,19,64,64]": _one("Softmax", (8, 19, 64, 64), axis=1),
+        "LogSoftmax rows [512,1000]": _one("LogSoftmax", (512, 1000), axis=-1),
+        "ReduceMax rows [4096,256]": _one("ReduceMax", (4096, 256), {"axes": _axes(-1)}),
+        "ReduceSum down columns [512,768] axis 0": _one("ReduceSum", (512, 768), {"axes": _axes(0)}),
+        "ReduceMean over the sequence [8,128,768]": _one("ReduceMean", (8, 128, 768), {"axes": _axes(1)}),
+        "InstanceNormalization [8,64,56,56]": _one("InstanceNormalization", (8, 64, 56, 56),
+                                                   {"s": RNG.standard_normal(64).astype(np.float32),
+                                                    "b": RNG.standard_normal(64).astype(np.float32)}),
+        "GlobalAveragePool [8,2048,7,7]": _one("GlobalAveragePool", (8, 2048, 7, 7)),
+        "Transpose NCHW -> NHWC [8,64,56,56]": _one("Transpose", (8, 64, 56, 56), perm=[0, 2, 3, 1]),
+        "Transpose heads [8,128,12,64] -> [8,12,128,64]": _one("Transpose", (8, 128, 12, 64), perm=[0, 2, 1, 3]),
+        "Pow(x, 2) [512,768]": _one("Pow", (512, 768), {"e": np.array(2.0, np.float32)}),
     }
+
+
+def _axes(*axes: int) -> np.ndarray:
+    return np.array(axes, np.int64)
+
+
+def _one(op: str, shape: tuple[int, ...], consts: dict[str, np.ndarray] | None = None,
+          **attrs: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A model of one ``op`` reading ``x [n, ...shape[1:]]`` and ``consts`` (initializers, in
+    order), opset 20 (Gelu's)."""
+    consts = consts or {}
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", *consts], ["y"], **attrs)], "op",
+        [helper.make_tensor_value_info("x", F, ["n", *shape[1:]])], [helper.make_tensor_value_info("y", F, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    return model, {"x": RNG.standard_normal(shape).astype(np.float32)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=[], help="cases whose name contains one of these")
     args = parser.parse_args()
-    print("| op | metadef ms | ORT ms | ratio | metadef step |\n|---|---|---|---|---|")
+    print(f"threads {args.threads}\n| op | metadef ms | ORT ms | ratio | metadef step |\n|---|---|---|---|---|")
     for name, (model, feeds) in cases().items():
-        sess = md.compile(md.import_onnx(model), target="x86", threads=1)
-        ort_sess = ort_session(model.SerializeToString(), 1)
+        if args.only and not any(word.lower() in name.lower() for word in args.only):
+            continue
+        sess = md.compile(md.optimize(md.import_onnx(model), level="aggressive"), target="x86", threads=args.threads)
+        ort_sess = ort_session(model.SerializeToString(), args.threads)
         kinds = ", ".join(sorted({p.kind for p in sess.executable.plan}))
         ours, theirs = [], []
         for _ in range(3):

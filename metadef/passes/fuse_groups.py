@@ -16,7 +16,8 @@ The pass never looks at an op's name: it reads ``node.metaop.role``.
   so no such path exists; the guard keeps the pass safe if the rules are relaxed).
   The ``Fused`` node takes one input dtype (its interface has one type variable), so a node
   that would mix input dtypes is refused as well, and so is a node that reads or writes string
-  tensors (a group is a unit of code generation, which takes numbers).
+  tensors or whose semantics are opaque (an elementwise op with no index expression, such as
+  the Bitwise ops: a group is a unit of code generation, which takes numbers and expressions).
 
 Every candidate goes to ``ctx.log``, taken (with its nodes) or refused (with the reason);
 each rule can be disabled by name (``ctx.options.disabled``). Each group becomes one
@@ -83,6 +84,13 @@ class _Group:
         return "+".join(self.parts)
 
 
+def _opaque(node: Node) -> str | None:
+    """Why ``node`` cannot join a group for having no index expression, or None."""
+    if node.metaop.semantics.opaque:
+        return f"{node.name} ({node.qualop}) has no index expression to generate code from"
+    return None
+
+
 def _strings_of(node: Node) -> str | None:
     """Why ``node`` cannot be in a group because of string tensors (None: it has none)."""
     names = [f"%{v.name}" for v in (*node.inputs, *node.outputs)
@@ -135,7 +143,7 @@ class _Planner:
         other = self.group_of.get(id(node))
         if other is not None:
             return f"{node.name} is already in the group of {other.anchor.name}"
-        text = _strings_of(node)
+        text = _strings_of(node) or _opaque(node)
         if text is not None:
             return text
         dtypes = group.dtypes | self.external_dtypes(group, node)
@@ -261,7 +269,7 @@ class _Planner:
     def chained(self, head: Node) -> _Group | None:
         if head.meta.get("no_fuse"):
             return None
-        text = _strings_of(head)
+        text = _strings_of(head) or _opaque(head)
         if text is not None:
             self.ctx.log.record(PASS_NAME, CHAIN_RULE, head.name, [head.name], False, text)
             return None

@@ -221,6 +221,15 @@ def _fold_reshape_pair(m: Match, ed: GraphEditor) -> Built:
     return rebuild(ed, root, "Reshape", [x, target], dict(root.attrs))
 
 
+def _castlike_to_cast(m: Match, ed: GraphEditor) -> Built:
+    root = m.node("root")
+    like = root.inputs[1] if len(root.inputs) > 1 else None
+    if root.inputs[0] is None or like is None or like.type is None:
+        return None
+    attrs = {"to": like.type.dtype.onnx, **{k: v for k, v in root.attrs.items() if k in ("saturate", "round_mode")}}
+    return rebuild(ed, root, "Cast", [root.inputs[0]], attrs)
+
+
 def _forward_x(m: Match, ed: GraphEditor) -> Built:
     return _forward(ed, m.node("root"), m.value("x"))
 
@@ -244,6 +253,8 @@ simplify_rules: list[Rule] = [
          doc="Dropout(x) in inference -> x, when its mask output is unused"),
     Rule("remove_noop_cast", op("Cast", var("x"), name="root"), _forward_input, fuses=False,
          doc="Cast(x) to the dtype x has -> x"),
+    Rule("castlike_to_cast", op("CastLike", name="root"), _castlike_to_cast, fuses=False,
+         doc="CastLike(x, like) -> Cast(x) to like's dtype (known here: a Cast fuses and generates code)"),
     *[Rule("fold_reshape_pair", op("Reshape", op(inner, name="inner"), const("shape"), name="root"),
            _fold_reshape_pair, fuses=False, doc=f"Reshape({inner}(x), s) -> Reshape(x, s)")
       for inner in RESHAPE_LIKE],

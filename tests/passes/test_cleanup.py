@@ -112,6 +112,24 @@ def test_remove_noop_cast_keeps_a_real_cast():
     check_exact(before, text, X)
 
 
+def test_castlike_becomes_the_cast_it_is():
+    before = """graph g(%x: f32[n,4], %like: f16[1]) -> (%y) {
+  %h: f16[n,4] = CastLike(%x, %like) {saturate=1} @castlike
+  %y: f16[n,4] = Relu(%h) @relu
+  return %y
+}
+"""
+    text, log = apply(simplify, before)
+    assert text == """graph g(%x: f32[n,4], %like: f16[1]) -> (%y) {
+  %h: f16[n,4] = Cast(%x) {to=10, saturate=1} @castlike
+  %y: f16[n,4] = Relu(%h) @relu
+  return %y
+}
+"""
+    assert log == ["taken castlike_to_cast at castlike"]
+    check_exact(before, text, {**X, "like": np.zeros(1, np.float16)})
+
+
 def test_remove_noop_reshape_flatten_squeeze_unsqueeze_expand():
     before = """graph g(%x: f32[n,4]) -> (%y) {
   %s: i64[2] = const [0, 4]

@@ -146,6 +146,21 @@ def test_no_fuse_node_is_never_absorbed():
                                "taken elementwise_chain at bias (bias, clip)"]
 
 
+def test_an_op_with_no_index_expression_is_never_grouped():
+    """BitwiseAnd is elementwise but opaque: in a group it would send the whole group to the
+    reference kernels (code generation needs every member's expression)."""
+    after, ctx = fuse("""graph g(%x: i32[n,4], %m: i32[4]) -> (%y) {
+  %a: i32[n,4] = Add(%x, %m) @add
+  %b: i32[n,4] = BitwiseAnd(%a, %m) @and
+  %y: i32[n,4] = Abs(%b) @abs
+  return %y
+}
+""")
+    assert group_summary(after) == []
+    assert "refused elementwise_chain at add: and (BitwiseAnd) has no index expression to generate code from" \
+        in ctx.log.lines()
+
+
 def test_disabled_rule_is_the_reason_and_the_chain_rule_takes_over():
     after, ctx = fuse(MATMUL_BIAS_RELU, disabled=frozenset({"contraction_epilogue"}))
     assert [n.op for n in after.nodes] == ["MatMul", "Fused"]
