@@ -99,7 +99,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
-from metadef.codegen.native_softmax import _softmax_rows
+from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
 from metadef.core.errors import BackendError
 
@@ -360,6 +360,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_gemm": _gemm,
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
+    "md_log_softmax_rows": _log_softmax_rows,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     **{f"md_depthwise_inplace{s}": functools.partial(_depthwise, only_in_place=s) for s in (1, 2)},
@@ -369,14 +370,17 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, "md_sgemm",
-                              "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out"})
+                              "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
+                              "md_softmax_rows", "md_log_softmax_rows"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
-output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM)."""
+output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softmax routines,
+whose bodies unroll their own loops (md_softmax_rows with its log form as four bodies: 470 ->
+141 ms of LLVM, the same speed)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, "md_transpose", "md_pad2d",
                                 "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather",
                                 "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
-                                "md_winograd4_out", "md_softmax_rows"})
+                                "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,

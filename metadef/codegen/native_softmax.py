@@ -1,11 +1,12 @@
 """Softmax by hand, for attention and for Softmax / LogSoftmax nodes (see :mod:`.native`):
-``md_softmax_rows``.
+``md_softmax_rows`` and ``md_log_softmax_rows``.
 
 For each row ``r`` of each item ``i`` of scores ``s [items, rows, n]``::
 
     p[i, r] = softmax(s[i, r] + mask row)      (over the n columns)
 
-or, with ``log`` set, ``log(softmax(...))`` as ``x - max - log(sum)`` (no ``e`` stored).
+or, in ``md_log_softmax_rows`` (no mask), ``log(softmax(...))`` as ``x - max - log(sum)`` (no
+``e`` stored).
 
 the mask row (when there is one) at ``mask + (i / heads) * m_outer + (i % heads) * m_head + r *
 m_row`` (strides 0 where the mask broadcasts: BERT's ``[batch, 1, 1, n]`` is ``m_outer = n``,
@@ -37,25 +38,26 @@ from llvmlite import ir
 from metadef.codegen.mathlib import EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC
 from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _if, _loop, _share, _splat
 
-SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "has_mask", "task", "tasks", "log")
-"""The dims of ``md_softmax_rows``: args are ``[s [items, rows, n], mask or null, p [items,
-rows, n]]``; the mask's strides as in the module doc; ``log``: 1 for ``log(softmax)``."""
+SOFTMAX_DIMS = ("items", "heads", "rows", "n", "m_outer", "m_head", "m_row", "has_mask", "task", "tasks")
+"""The dims of ``md_softmax_rows`` (and ``md_log_softmax_rows``, which takes no mask): args are
+``[s [items, rows, n], mask or null, p [items, rows, n]]``; the mask's strides as in the module
+doc."""
 
 LANES = 16
 
 
 def softmax_dims(items: int, heads: int, rows: int, n: int, *, mask: tuple[int, int, int] | None = None,
-                 task: int = 0, tasks: int = 1, log: bool = False) -> tuple[int, ...]:
+                 task: int = 0, tasks: int = 1) -> tuple[int, ...]:
     """The dims of one ``md_softmax_rows`` call; ``mask``: its ``(m_outer, m_head, m_row)``
-    strides in floats (None: no mask); ``log``: ``log(softmax)``.
+    strides in floats (None: no mask).
 
     Example:
         >>> softmax_dims(96, 12, 128, 128, mask=(128, 0, 0))
-        (96, 12, 128, 128, 128, 0, 0, 1, 0, 1, 0)
+        (96, 12, 128, 128, 128, 0, 0, 1, 0, 1)
     """
     m_outer, m_head, m_row = mask or (0, 0, 0)
     values = {"items": items, "heads": heads, "rows": rows, "n": n, "m_outer": m_outer, "m_head": m_head,
-              "m_row": m_row, "has_mask": int(mask is not None), "task": task, "tasks": tasks, "log": int(log)}
+              "m_row": m_row, "has_mask": int(mask is not None), "task": task, "tasks": tasks}
     return tuple(values[d] for d in SOFTMAX_DIMS)
 
 
@@ -111,11 +113,13 @@ def _larger(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.fcmp_ordered(">", x, y), x, y)
 
 
-def _softmax_rows(module: ir.Module) -> None:
-    """The routine: four bodies (with or without a mask, softmax or its log) chosen once a call,
-    so a row's loops test no flag; the maximum on four accumulators and the sum on two (one
-    accumulator made each pass a chain of dependent compares or adds)."""
-    b, args, dims = _define(module, "md_softmax_rows")
+def _softmax_rows(module: ir.Module, log: bool = False) -> None:
+    """``md_softmax_rows`` (two bodies, with or without a mask, chosen once a call, so a row's
+    loops test no flag) or, with ``log``, ``md_log_softmax_rows`` (one body, no mask; a routine
+    of its own, so a graph with no LogSoftmax never compiles it); the maximum on four
+    accumulators and the sum on two (one accumulator made each pass a chain of dependent
+    compares or adds)."""
+    b, args, dims = _define(module, "md_log_softmax_rows" if log else "md_softmax_rows")
     s, mask, p = (_arg(b, args, i, PTR) for i in range(3))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(SOFTMAX_DIMS)}
     n = d["n"]
@@ -196,15 +200,18 @@ def _softmax_rows(module: ir.Module) -> None:
 
         _loop(b, first, last, row)
 
-    has_mask = b.icmp_signed("!=", d["has_mask"], I64(0))
-    log = b.icmp_signed("!=", d["log"], I64(0))
     nonempty = b.icmp_signed(">", n, I64(0))
-    for masked in (False, True):
-        for as_log in (False, True):
-            chosen = b.and_(b.icmp_unsigned("==", has_mask, ir.Constant(ir.IntType(1), int(masked))),
-                            b.icmp_unsigned("==", log, ir.Constant(ir.IntType(1), int(as_log))))
-            _if(b, b.and_(nonempty, chosen), lambda masked=masked, as_log=as_log: rows(masked, as_log))
+    if log:
+        _if(b, nonempty, lambda: rows(False, True))
+    else:
+        has_mask = b.icmp_signed("!=", d["has_mask"], I64(0))
+        _if(b, b.and_(nonempty, has_mask), lambda: rows(True, False))
+        _if(b, b.and_(nonempty, b.not_(has_mask)), lambda: rows(False, False))
     b.ret_void()
+
+
+def _log_softmax_rows(module: ir.Module) -> None:
+    _softmax_rows(module, log=True)
 
 
 __all__ = ["SOFTMAX_DIMS", "softmax_dims"]

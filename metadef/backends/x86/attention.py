@@ -199,7 +199,8 @@ def softmax_rows_call(items: int, heads: int, m: int, n: int, strides: tuple[int
                       mask_arg: Arg, out: Arg, what: str = "attention softmax rows", log: bool = False) -> Call:
     """``md_softmax_rows`` over scores ``[items, m, n]`` (contiguous at ``scores``), the mask at
     ``mask_arg`` walked at ``strides`` (:func:`mask_strides`, items counted in ``heads``; None: no
-    mask) added first (``log``: ``log(softmax)``); split across the pool by rows.
+    mask) added first (``log``: ``log(softmax)`` by ``md_log_softmax_rows``, no mask); split
+    across the pool by rows.
 
     Example:
         >>> call = softmax_rows_call(24, 12, 128, 128, mask_strides((2, 12), 128, 128, (2, 1, 1, 128)),
@@ -210,10 +211,12 @@ def softmax_rows_call(items: int, heads: int, m: int, n: int, strides: tuple[int
     def tasks(count: int) -> list[tuple[int, ...]] | None:
         if count < 2 or items * m * n < PARALLEL_ELEMENTS or items * m < count:
             return None
-        return [softmax_dims(items, heads, m, n, mask=strides, task=t, tasks=count, log=log) for t in range(count)]
+        return [softmax_dims(items, heads, m, n, mask=strides, task=t, tasks=count) for t in range(count)]
 
-    return Call(native_function("md_softmax_rows"), (scores, mask_arg, out),
-                softmax_dims(items, heads, m, n, mask=strides, log=log), what, tasks)
+    routine = "md_log_softmax_rows" if log else "md_softmax_rows"
+    assert not (log and strides is not None), "md_log_softmax_rows takes no mask"
+    return Call(native_function(routine), (scores, mask_arg, out), softmax_dims(items, heads, m, n, mask=strides),
+                what, tasks)
 
 
 OWN_PRODUCTS = "own micro-kernel (md_bmm)"

@@ -37,7 +37,7 @@ from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lower
 from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
-from metadef.backends.x86.softmax import softmax_lowering
+from metadef.backends.x86.softmax import softmax_node
 from metadef.backends.x86.transpose import transpose_lowering
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -93,8 +93,7 @@ def generated_node(node: Node) -> Choice | str:
 
 
 routine_lowerings: dict[str, Callable[[Node, Lowering], Lowering]] = {
-    "MaxPool": conv1x1.maxpool_lowering, "Softmax": softmax_lowering, "LogSoftmax": softmax_lowering,
-    "Transpose": transpose_lowering}
+    "MaxPool": conv1x1.maxpool_lowering, "Transpose": transpose_lowering}
 """Ops whose native step may call a hand-written routine instead of the node's generated
 kernel: op -> (node, the generated kernel's lowering) -> the lowering that decides per shape."""
 
@@ -467,6 +466,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "ai.metadef::Fused": (contraction_group, generated_group),
     **{op: (movement.view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
     "CastLike": (castlike_node,),
+    **{op: (softmax_node, generated_node) for op in ("Softmax", "LogSoftmax")},
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),

@@ -80,3 +80,20 @@ def test_reductions_down_columns_split_across_threads(threads: int) -> None:
     want = md.compile(g, target="reference").run(feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_rows_compile_no_kernel_and_run_step_by_step_and_empty(op: str) -> None:
+    """A softmax over rows runs the routine in programs and step by step alike (no generated
+    kernel compiled for it), and a batch of no rows runs no call."""
+    from metadef.codegen.kernel import record_kernels
+    from metadef.ir import parse_graph
+    g = parse_graph(f"graph g(%x: f32[n,33]) -> (%y) {{ %y: f32[n,33] = {op}(%x) {{axis=-1}} @s return %y }}")
+    with record_kernels() as structures:
+        sess = md.compile(g, target="x86", cache=False)
+    assert sess.executable.plan[0].reason.endswith("(our kernel)") and structures == []
+    x = (RNG.standard_normal((5, 33)) * 3).astype(np.float32)
+    want = md.compile(g, target="reference").run({"x": x})["y"]
+    np.testing.assert_allclose(sess.executable.run_steps({"x": x}, {"n": 5})[0], want, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=2e-6)
+    assert sess.run({"x": x[:0]})["y"].shape == (0, 33)
