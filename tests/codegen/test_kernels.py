@@ -154,7 +154,7 @@ def test_reductions_over_adjacent_axes(op: str, axes: list[int], types: tuple[st
     """Whole adjacent axes reduce as one loop (``codegen.merge``), symbolic lengths too; [1, 3]
     keeps two loops."""
     graph = one_node(op, [types[0], "i64[?]"], {"keepdims": 0}, consts={1: np.array(axes, np.int64)})
-    check_node(graph, [random(types[1])])
+    check_node(graph, [random(types[1])], atol=1e-5)  # (sums of ~100 terms of 3: their order differs from numpy's)
 
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceLogSumExp"])
