@@ -26,7 +26,9 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
   same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`);
-  ``md_softmax_rows`` the softmax between them, the mask added (:mod:`.native_softmax`).
+  ``md_softmax_rows`` the softmax between them, the mask added, which Softmax nodes over rows
+  run too, and ``md_log_softmax_rows`` (:mod:`.native_softmax`).
+- ``md_resize2d``: a linear or cubic Resize of planes from per-axis tap tables (:mod:`.native_resize`).
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
@@ -99,6 +101,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
+from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
 from metadef.core.errors import BackendError
@@ -360,6 +363,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_gemm": _gemm,
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
+    "md_resize2d": _resize2d,
     "md_log_softmax_rows": _log_softmax_rows,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),

@@ -37,6 +37,7 @@ from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lower
 from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
+from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
 from metadef.backends.x86.transpose import transpose_lowering
 from metadef.core.dtypes import FLOAT32
@@ -471,7 +472,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
     "Pad": (movement.pad_node,),
-    **{op: (movement.nearest_resize_node,) for op in ("Resize", "Upsample")},
+    **{op: (movement.nearest_resize_node, resize_node) for op in ("Resize", "Upsample")},
     "Gather": (movement.gather_node,),
     "Dropout": (movement.inference_dropout,),
     **{op: (movement.shape_node,) for op in ("Shape", "Size")},

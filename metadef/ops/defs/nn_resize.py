@@ -203,11 +203,9 @@ def _coefficients(ratio: np.ndarray, scale: float, attrs: Mapping[str, Any]) -> 
     return _cubic(ratio, a)
 
 
-def _interpolate(data: np.ndarray, axis: int, x: np.ndarray, scale: float,
-                 attrs: Mapping[str, Any]) -> np.ndarray:
-    """Linear or cubic along ``axis``: the taps nearest each source point (edge-clamped,
-    or dropped and renormalized with ``exclude_outside``), weighted and summed."""
-    n_in = data.shape[axis]
+def _taps(n_in: int, x: np.ndarray, scale: float, attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The input indices (edge-clamped) and weights of the taps of each source point ``x``,
+    linear or cubic (taps dropped and the rest renormalized with ``exclude_outside``)."""
     floor = np.floor(x)
     exact = x == floor
     ratio = np.where(exact, 1.0, x - floor)
@@ -220,7 +218,30 @@ def _interpolate(data: np.ndarray, axis: int, x: np.ndarray, scale: float,
         coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    gathered = np.take(data, np.clip(idx, 0, n_in - 1), axis=axis)
+    return np.clip(idx, 0, n_in - 1), coeffs
+
+
+def axis_taps(n_in: int, n_out: int, scale: float, attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """For a linear or cubic Resize of an axis of ``n_in`` to ``n_out`` at ``scale`` (with no
+    roi): each output index's input indices ``[n_out, taps]`` and weights (float64): the
+    reference's own interpolation, for a backend that applies it natively.
+
+    Example:
+        >>> idx, w = axis_taps(2, 4, 2.0, {"mode": "linear", "antialias": 0, "exclude_outside": 0,
+        ...                               "cubic_coeff_a": -0.75, "coordinate_transformation_mode": "half_pixel"})
+        >>> idx.tolist(), w[1].tolist()
+        ([[0, 0], [0, 1], [0, 1], [1, 1]], [0.75, 0.25])
+    """
+    src, _ = _source(attrs["coordinate_transformation_mode"], n_out, scale, n_in, None)
+    return _taps(n_in, src, scale, attrs)
+
+
+def _interpolate(data: np.ndarray, axis: int, x: np.ndarray, scale: float,
+                 attrs: Mapping[str, Any]) -> np.ndarray:
+    """Linear or cubic along ``axis``: the taps nearest each source point (:func:`_taps`),
+    weighted and summed."""
+    idx, coeffs = _taps(data.shape[axis], x, scale, attrs)
+    gathered = np.take(data, idx, axis=axis)
     shape = (1,) * axis + coeffs.shape + (1,) * (data.ndim - axis - 1)
     return (gathered * coeffs.reshape(shape)).sum(axis=axis + 1)
 
@@ -330,5 +351,5 @@ Upsample = metaop(
     doc="Deprecated since opset 10: Resize with asymmetric coordinates.",
 )
 
-__all__ = ["MODES", "NEAREST_MODES", "POLICIES", "RESIZE_ATTRS", "TRANSFORMS", "check_attrs",
+__all__ = ["MODES", "NEAREST_MODES", "POLICIES", "RESIZE_ATTRS", "TRANSFORMS", "axis_taps", "check_attrs",
            "plan", "resize_reference", "upsample_reference"]
