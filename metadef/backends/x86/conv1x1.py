@@ -65,7 +65,6 @@ from metadef.codegen.native_gemm import (
 )
 from metadef.format import release_mapped
 from metadef.ir import Node, Value
-from metadef.ops.defs.nn_pool import window
 
 OWN = "own micro-kernel, epilogue fused"
 OWN_C = "own micro-kernel, channels outer"
@@ -439,47 +438,6 @@ def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bia
     return needing(lower, *needs(otherwise), *PRODUCT_ROUTINES)
 
 
-def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
-    """A float32 2-D MaxPool with a 3x3 window, dilation 1 and no Indices output as one
-    ``md_maxpool3x3`` call (``md_depthwise``'s walk over padded planes, taking maxima);
-    ``otherwise`` (the generated kernel) for any other pool or shape."""
-    attrs = node.attrs
-    out_type = node.outputs[0].type if node.outputs and node.outputs[0] is not None else None
-    if node.qualop != "MaxPool" or len([v for v in node.outputs if v is not None]) != 1 or out_type is None \
-            or out_type.dtype.numpy != np.float32 or list(attrs.get("kernel_shape") or []) != [3, 3] \
-            or any(d != 1 for d in attrs.get("dilations") or [1, 1]):
-        return otherwise
-
-    def geometry(hw: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
-        win = window(attrs, tuple(hw), (3, 3))
-        return (int(win.begin[0]), int(win.begin[1])), (int(win.strides[0]), int(win.strides[1]))
-
-    planes = static_planes(node)
-    routine = "md_maxpool3x3" if planes is None else in_place_routine("md_maxpool3x3", *planes, *geometry(planes[0]))
-
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        sx = inputs[0]
-        if sx is None or len(sx) != 4 or len(outputs[0]) != 4:
-            return otherwise(inputs, outputs, symbols)
-        begin, strides = geometry(sx[2:])
-        n, c, h, w = sx
-        out_hw = (int(outputs[0][2]), int(outputs[0][3]))
-        if min(begin) < 0 or not routine_fits(routine, (h, w), out_hw, strides, begin) or 0 in (*sx, *out_hw):
-            return otherwise(inputs, outputs, symbols)
-
-        def tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * c < count or n * c * out_hw[0] * out_hw[1] < PARALLEL_ELEMENTS:
-                return None
-            return [depthwise_dims(n, c, (h, w), out_hw, strides, begin, task=t, tasks=count) for t in range(count)]
-
-        call = Call(native_function(routine), (Arg("in", 0), NULL, NULL, Arg("out", 0)),
-                    depthwise_dims(n, c, (h, w), out_hw, strides, begin), "maxpool 3x3", tasks)
-        return NativeStep((call,))
-
-    return needing(lower, *needs(otherwise), routine)
-
-
 def static_planes(node: Node) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The planes (height, width) of a 4-D node's first input and first output where both are
     known before any binding (a batch dimension may still be symbolic), else None.
@@ -583,5 +541,5 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
 
 
 __all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
-           "depthwise3x3", "depthwise_lowering", "epilogue_form", "in_place_routine", "maxpool_lowering", "pointwise",
+           "depthwise3x3", "depthwise_lowering", "epilogue_form", "in_place_routine", "pointwise",
            "pointwise_lowering", "routine_fits", "static_planes"]

@@ -37,6 +37,7 @@ from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lower
 from metadef.backends.x86.depthwise import depthwise_function
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
+from metadef.backends.x86.pooling import maxpool_lowering
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
 from metadef.backends.x86.transpose import transpose_lowering
@@ -94,7 +95,7 @@ def generated_node(node: Node) -> Choice | str:
 
 
 routine_lowerings: dict[str, Callable[[Node, Lowering], Lowering]] = {
-    "MaxPool": conv1x1.maxpool_lowering, "Transpose": transpose_lowering}
+    "MaxPool": maxpool_lowering, "Transpose": transpose_lowering}
 """Ops whose native step may call a hand-written routine instead of the node's generated
 kernel: op -> (node, the generated kernel's lowering) -> the lowering that decides per shape."""
 

@@ -203,3 +203,31 @@ def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) 
     whole = {"md_maxpool3x3", "md_depthwise"}
     variants = {"md_maxpool3x3_inplace2", "md_depthwise_inplace1"}
     assert (routines & (whole | variants)) == (variants if size == "16" else whole)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_larger_stride_1_max_pools_run_as_3x3_passes(threads: int) -> None:
+    """YOLO's SPPF (three 5x5 pools in a row) and SPP's 9x9 and 13x13 windows at stride 1 run
+    as ``(k - 1) / 2`` ``md_maxpool3x3`` passes between scratch planes: the reference's
+    answers, NaN and -inf included; a strided or unpadded 5x5 pool keeps the generated kernel."""
+    g = GraphBuilder("spp")
+    x = g.input("x", parse_type("f32[n,8,20,21]"))
+    a, = g.node("MaxPool", [x], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]})
+    b, = g.node("MaxPool", [a], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]})
+    c, = g.node("MaxPool", [b], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]})
+    nine, = g.node("MaxPool", [x], {"kernel_shape": [9, 9], "pads": [4, 4, 4, 4]})
+    thirteen, = g.node("MaxPool", [x], {"kernel_shape": [13, 13], "pads": [6, 6, 6, 6]})
+    strided, = g.node("MaxPool", [x], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "strides": [2, 2]})
+    unpadded, = g.node("MaxPool", [x], {"kernel_shape": [5, 5]})
+    for v in (c, nine, thirteen, strided, unpadded):
+        g.output(v)
+    graph = g.build()
+    exe, ref = md.compile(graph, target="x86", threads=threads), md.compile(graph, target="reference")
+    feeds = {"x": RNG.standard_normal((3, 8, 20, 21), dtype=np.float32)}
+    feeds["x"][0, 1, 4, 5] = np.nan
+    feeds["x"][1, 2] = -np.inf
+    got, want = exe.run(feeds), ref.run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    assert kinds["maxpool 3x3"] == 3 * 2 + 4 + 6 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 2
