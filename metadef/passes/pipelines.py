@@ -5,7 +5,8 @@
 - ``moderate``: also folds BatchNormalization into the preceding weights and recognizes
   decomposed patterns (LayerNorm, GELU, SiLU, HardSwish, attention) as single ops; numerics
   change by rounding only.
-- ``aggressive``: also chooses layouts and forms fusion groups, the units of code generation.
+- ``aggressive``: also decomposes ops the backends have no fast form of (GroupNormalization,
+  Tile), chooses layouts and forms fusion groups, the units of code generation.
 
 Example:
     >>> [p.__name__ for p in PIPELINES["safe"]][:3]
@@ -15,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from metadef.passes.base import GraphPass
+from metadef.passes.decompose import decompose
 from metadef.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
 from metadef.passes.eliminate_dead_code import eliminate_dead_code
 from metadef.passes.fold_batchnorm import fold_batchnorm
@@ -40,7 +42,8 @@ PIPELINES: dict[str, list[GraphPass]] = {
     "safe": _CLEANUP,
     "moderate": [*_CLEANUP, fold_batchnorm, recognize_patterns, fold_constants, simplify, eliminate_dead_code],
     "aggressive": [
-        *_CLEANUP, fold_batchnorm, recognize_patterns, optimize_layout, fold_constants, simplify,
+        *_CLEANUP, fold_batchnorm, recognize_patterns, decompose, optimize_layout, fold_shape_arithmetic,
+        fold_constants, simplify,
         eliminate_common_subexpressions, eliminate_dead_code, fuse_groups,
     ],
 }
