@@ -4,10 +4,11 @@ Each case is a one- or two-node ONNX model. First the ops that used to leave x86
 program: a decoder's 2x ConvTranspose, an Inception-style Concat of four branches, BERT's
 embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsampling, a CastLike.
 Then generated and routine kernels on common shapes: transcendental activations, the softmax
-family (rows, and over channels), reductions along rows and down columns, norms, transposes,
-``Pow(x, 2)`` (RMSNorm's square). metadef compiles each for x86 (``threads``; ORT with as many
+family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
+transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool.
+metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
-metadef / ORT, and the kind of step metadef ran (``native``/``blas``/``generated``: in the
+metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
 native program; ``reference``: numpy).
 
     .venv/bin/python bench/x86_ops.py [--runs 50] [--threads 1] [--only Softmax Reduce]
@@ -81,7 +82,21 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
         "Transpose NCHW -> NHWC [8,64,56,56]": _one("Transpose", (8, 64, 56, 56), perm=[0, 2, 3, 1]),
         "Transpose heads [8,128,12,64] -> [8,12,128,64]": _one("Transpose", (8, 128, 12, 64), perm=[0, 2, 1, 3]),
         "Pow(x, 2) [512,768]": _one("Pow", (512, 768), {"e": np.array(2.0, np.float32)}),
+        "GroupNormalization [8,64,56,56], 32 groups": _one(
+            "GroupNormalization", (8, 64, 56, 56), {"s": RNG.standard_normal(64).astype(np.float32),
+                                                    "b": RNG.standard_normal(64).astype(np.float32)}, num_groups=32),
+        "Resize linear 2x [8,64,56,56]": _one("Resize", (8, 64, 56, 56), {"roi": _EMPTY, "scales": _SCALES},
+                                              mode="linear"),
+        "Resize cubic 2x [2,64,56,56]": _one("Resize", (2, 64, 56, 56), {"roi": _EMPTY, "scales": _SCALES},
+                                             mode="cubic"),
+        "Tile [8,128,96] by (1,1,8)": _one("Tile", (8, 128, 96), {"r": _axes(1, 1, 8)}),
+        "MaxPool 5x5 stride 1 [8,256,20,20] (SPPF)": _one("MaxPool", (8, 256, 20, 20), kernel_shape=[5, 5],
+                                                          pads=[2, 2, 2, 2]),
     }
+
+
+_EMPTY = np.array([], np.float32)
+_SCALES = np.array([1, 1, 2, 2], np.float32)
 
 
 def _axes(*axes: int) -> np.ndarray:
@@ -91,13 +106,13 @@ def _axes(*axes: int) -> np.ndarray:
 def _one(op: str, shape: tuple[int, ...], consts: dict[str, np.ndarray] | None = None,
           **attrs: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A model of one ``op`` reading ``x [n, ...shape[1:]]`` and ``consts`` (initializers, in
-    order), opset 20 (Gelu's)."""
+    order), opset 21 (Gelu's, GroupNormalization's per-channel scale)."""
     consts = consts or {}
     graph = helper.make_graph(
         [helper.make_node(op, ["x", *consts], ["y"], **attrs)], "op",
         [helper.make_tensor_value_info("x", F, ["n", *shape[1:]])], [helper.make_tensor_value_info("y", F, None)],
         [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     return model, {"x": RNG.standard_normal(shape).astype(np.float32)}
 
 
