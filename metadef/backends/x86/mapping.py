@@ -472,7 +472,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
-    "Pad": (movement.pad_node,),
+    "Pad": (movement.pad_node, movement.pad_planes_node),
     **{op: (movement.nearest_resize_node, resize_node) for op in ("Resize", "Upsample")},
     "Gather": (movement.gather_node,),
     "Dropout": (movement.inference_dropout,),

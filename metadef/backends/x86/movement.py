@@ -306,19 +306,61 @@ def nearest_resize_node(node: Node) -> Choice | str:
         table = picked.reshape(-1, *picked.shape[-2:])[0].reshape(-1).astype(np.int32)
         if table.size != math.prod(out[-2:]):
             return "the reference's pixel map does not have the output's size"
-        planes = math.prod(out[:-2])
-        dims = {"planes": planes, "in_plane": h * w, "out_plane": table.size, "task": 0, "tasks": 1}
-
-        def tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or planes < count or math.prod(out) < PARALLEL_ELEMENTS:
-                return None
-            return [tuple({**dims, "task": t, "tasks": count}[d] for d in GATHER_PLANES_DIMS) for t in range(count)]
-
-        call = Call(native_function("md_gather_planes"), (Arg("in", 0), Arg("addr", table.ctypes.data), Arg("out", 0)),
-                    tuple(dims[d] for d in GATHER_PLANES_DIMS), "resize nearest", tasks)
-        return NativeStep((call,) if planes and table.size else (), keep=(table,))
+        return _gathered_planes(table, h * w, out, "resize nearest")
 
     return _native(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
+
+
+def _gathered_planes(table: np.ndarray, in_plane: int, out: Sequence[int], what: str) -> NativeStep:
+    """Every plane of the output picked from its input plane (``in_plane`` elements) by
+    ``table`` (int32, an input position per output position): one ``md_gather_planes`` call."""
+    planes = math.prod(out[:-2])
+    dims = {"planes": planes, "in_plane": in_plane, "out_plane": table.size, "task": 0, "tasks": 1}
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or planes < count or math.prod(out) < PARALLEL_ELEMENTS:
+            return None
+        return [tuple({**dims, "task": t, "tasks": count}[d] for d in GATHER_PLANES_DIMS) for t in range(count)]
+
+    call = Call(native_function("md_gather_planes"), (Arg("in", 0), Arg("addr", table.ctypes.data), Arg("out", 0)),
+                tuple(dims[d] for d in GATHER_PLANES_DIMS), what, tasks)
+    return NativeStep((call,) if planes and table.size else (), keep=(table,))
+
+
+def pad_planes_node(node: Node) -> Choice | str:
+    """A reflect, edge or wrap Pad of 32-bit elements that pads only the last two axes, with
+    constant pads, as ``md_gather_planes``: which input pixel each output pixel copies is found
+    once per binding by running the op's own reference on a plane of pixel numbers."""
+    got = _prepare(node, axis=0)
+    if isinstance(got, str):
+        return got
+    attrs = attrs_of(node)
+    if attrs["mode"] not in ("reflect", "edge", "wrap") or got[1] != 4:
+        return f"mode {attrs['mode']!r} of {got[1]}-byte elements (a pixel map takes reflect, edge, wrap of 4)"
+    consts = [None if k >= len(node.inputs) or node.inputs[k] is None else node.inputs[k].const for k in (1, 3)]
+    if consts[0] is None or (len(node.inputs) > 3 and node.inputs[3] is not None and consts[1] is None):
+        return "its pads or axes are computed at run time"
+    rank = len(node.inputs[0].type.shape)
+    listed = list(range(rank)) if consts[1] is None else [int(a) % rank for a in np.asarray(consts[1]).reshape(-1)]
+    amounts = [int(x) for x in np.asarray(consts[0]).reshape(-1)]
+    if rank < 2 or any(a < rank - 2 and amount for a, amount in zip(listed * 2, amounts)):
+        return "it pads more than the last two axes"
+    reference_of = node.metaop.semantics.reference
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape, out = inputs[0], tuple(outputs[0])
+        if shape is None or tuple(shape[:-2]) != out[:-2]:
+            return "it pads more than the last two axes"
+        h, w = shape[-2:]
+        numbers = np.arange(h * w, dtype=np.float64).reshape((1,) * (rank - 2) + (h, w))
+        args = [numbers, np.asarray(consts[0]), None, None if consts[1] is None else np.asarray(consts[1])]
+        table = np.ascontiguousarray(np.asarray(reference_of(args, attrs)).reshape(-1), np.int32)
+        if table.size != math.prod(out[-2:]):
+            return "the reference's pixel map does not have the output's size"
+        return _gathered_planes(table, h * w, out, f"pad {attrs['mode']}")
+
+    return _native(node, f"Pad {attrs['mode']}: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
 
 
 def shape_node(node: Node) -> Choice | str:
@@ -392,4 +434,4 @@ def inference_dropout(node: Node) -> Choice | str:
 
 
 __all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "nearest_resize_node", "pad_node",
-           "shape_node", "slice_node", "split_node", "view_node"]
+           "pad_planes_node", "shape_node", "slice_node", "split_node", "view_node"]

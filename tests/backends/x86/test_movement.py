@@ -259,8 +259,8 @@ def test_dropout_with_its_mask_copies_and_fills_true_natively(dtype: type) -> No
     assert _native(sess, {"n": 2}, "dropout mask") == 1
 
 
-def _pad_model(shape: list, pads: list[int], axes: list[int] | None, value: float | None, dtype: type = np.float32
-               ) -> onnx.ModelProto:
+def _pad_model(shape: list, pads: list[int], axes: list[int] | None, value: float | None, dtype: type = np.float32,
+               mode: str = "constant") -> onnx.ModelProto:
     t = ONNX_TYPES[dtype]
     inputs = ["x", "pads", "value" if value is not None else "", *(["axes"] if axes is not None else [])]
     consts = [onnx.numpy_helper.from_array(np.array(pads, np.int64), "pads")]
@@ -268,7 +268,7 @@ def _pad_model(shape: list, pads: list[int], axes: list[int] | None, value: floa
     graph_inputs = [helper.make_tensor_value_info("x", t, shape)]
     if value is not None:
         graph_inputs.append(helper.make_tensor_value_info("value", t, []))
-    graph = helper.make_graph([helper.make_node("Pad", inputs, ["y"], mode="constant")], "g", graph_inputs,
+    graph = helper.make_graph([helper.make_node("Pad", inputs, ["y"], mode=mode)], "g", graph_inputs,
                               [helper.make_tensor_value_info("y", t, None)], consts)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
@@ -290,14 +290,28 @@ def test_a_constant_pad_matches_onnxruntime(shape: list, pads: list[int], axes: 
         assert _native(sess, {"n": 2}, "pad") >= 1
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize(("shape", "pads", "axes"), [
+    (["n", 3, 9, 7], [0, 0, 2, 1, 0, 0, 1, 3], None),          # a style-transfer net's reflect padding
+    (["n", 5], [0, 2, 0, 1], None),                            # rank 2: the "plane" is the whole tensor
+    (["n", 3, 6], [1, 2], [2]),                                # the last axis only, through axes
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_reflect_edge_and_wrap_pads_are_pixel_maps(mode: str, shape: list, pads: list[int], axes: list[int] | None,
+                                                   dtype: type) -> None:
+    model = _pad_model(shape, pads, axes, None, dtype, mode)
+    feed_sets = [{"x": _values(tuple(n if d == "n" else d for d in shape), dtype)} for n in (1, 3)]
+    sess = _check(model, feed_sets)
+    assert _native(sess, {"n": 2}, f"pad {mode}") == 1
+
+
 def test_other_pads_run_from_their_reference_and_say_why() -> None:
-    reflect = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
-    graph = helper.make_graph([reflect], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [onnx.numpy_helper.from_array(np.array([0, 1, 0, 2], np.int64), "pads")])
-    sess = _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
-                  [{"x": _values((2, 4), np.float32)}])
-    assert "mode 'reflect'" in sess.executable.plan[0].reason
+    leading = _pad_model(["n", 4, 3], [1, 0, 0, 0, 0, 0], None, None, mode="reflect")
+    sess = _check(leading, [{"x": _values((2, 4, 3), np.float32)}])
+    assert "it pads more than the last two axes" in sess.executable.plan[0].reason
+    wide = _pad_model(["n", 4], [0, 1, 0, 2], None, None, np.int64, mode="edge")
+    sess = _check(wide, [{"x": _values((2, 4), np.int64)}])
+    assert "mode 'edge' of 8-byte elements" in sess.executable.plan[0].reason
     crop = _pad_model(["n", 4], [0, -1, 0, 1], None, None)
     sess = _check(crop, [{"x": _values((2, 4), np.float32)}])
     assert "negative" in sess.executable.plan[0].reason
