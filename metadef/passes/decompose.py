@@ -12,7 +12,11 @@
   shape (the input's times the repeats): the copy a broadcast kernel makes (it ran on its
   reference: 8x ONNX Runtime's time).
 
-Both run at the ``aggressive`` level (numerics change by rounding only: the group's statistics
+- ``blocks_as_transpose``: DepthToSpace and SpaceToDepth are, by their definition, a Reshape to
+  6-D, a Transpose and a Reshape back: views and one transpose kernel (they ran on their
+  reference: 1.4x and 3.1x ONNX Runtime's time).
+
+All run at the ``aggressive`` level (numerics change by rounding only: the group's statistics
 are summed in another order). Every decision goes to the log.
 
 Example:
@@ -101,11 +105,43 @@ def _tile(m: Match, ed: GraphEditor) -> Built:
     return out
 
 
+def _blocks(m: Match, ed: GraphEditor) -> Built:
+    """DepthToSpace (DCR or CRD) and SpaceToDepth as Reshape, Transpose, Reshape (the ONNX
+    spec's own definition), for a 4-D input whose channels and planes are known."""
+    node = m.node("root")
+    x, b = node.inputs[0], int(node.attrs["blocksize"])
+    shape = None if x is None or x.type is None else x.type.shape
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
+        return Refusal("the input is not 4-D with known channels and planes")
+    _, c, h, w = shape
+    if node.op == "SpaceToDepth":
+        if h % b or w % b:
+            return Refusal(f"the planes ({h}x{w}) do not split into blocks of {b}")
+        split, perm, joined = [-1, c, h // b, b, w // b, b], [0, 3, 5, 1, 2, 4], [-1, c * b * b, h // b, w // b]
+    else:
+        if c % (b * b):
+            return Refusal(f"the channels ({c}) do not split into blocks of {b}x{b}")
+        depth = c // (b * b)
+        if node.attrs.get("mode", "DCR") == "CRD":
+            split, perm = [-1, depth, b, b, h, w], [0, 1, 4, 2, 5, 3]
+        else:
+            split, perm = [-1, b, b, depth, h, w], [0, 3, 4, 1, 5, 2]
+        joined = [-1, depth, h * b, w * b]
+    r, = ed.add("Reshape", [x, ed.const(f"{node.name}_split", np.array(split, np.int64))], name=f"{node.name}/split")
+    t, = ed.add("Transpose", [r], {"perm": perm}, name=f"{node.name}/move")
+    out, = ed.add("Reshape", [t, ed.const(f"{node.name}_joined", np.array(joined, np.int64))], name=node.name,
+                  meta=dict(node.meta))
+    take_name(out, node)
+    return out
+
+
 decompose_rules: list[Rule] = [
     Rule("groupnorm_as_layernorm", op("GroupNormalization", name="root"), _groupnorm, fuses=False,
          doc="GroupNormalization -> Reshape, LayerNormalization, Reshape, per-channel Mul and Add"),
     Rule("tile_as_expand", op("Tile", name="root"), _tile, fuses=False,
          doc="Tile with constant repeats -> Unsqueeze, Expand, Reshape"),
+    *[Rule("blocks_as_transpose", op(name, name="root"), _blocks, fuses=False,
+           doc=f"{name} -> Reshape, Transpose, Reshape") for name in ("DepthToSpace", "SpaceToDepth")],
 ]
 """The decompositions, in the order they are tried at a node."""
 

@@ -66,3 +66,19 @@ def test_tile_as_expand(repeats: tuple[int, ...], batch: str) -> None:
     np.testing.assert_array_equal(md.compile(after, target="reference").run({"x": x})["y"], np.tile(x, repeats))
     got = md.compile(md.optimize(g, level="aggressive"), target="x86", cache=False).run({"x": x})["y"]
     np.testing.assert_array_equal(got, np.tile(x, repeats))
+
+
+@pytest.mark.parametrize("op,attrs,shape", [("DepthToSpace", {"blocksize": 2}, (2, 12, 3, 5)),
+                                            ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, (2, 12, 3, 5)),
+                                            ("DepthToSpace", {"blocksize": 3}, (1, 18, 2, 2)),
+                                            ("SpaceToDepth", {"blocksize": 2}, (2, 3, 6, 4))])
+def test_depth_and_space_as_reshape_transpose_reshape(op: str, attrs: dict, shape: tuple[int, ...]) -> None:
+    x = RNG.standard_normal(shape).astype(np.float32)
+    model = one_node_model(op, {"x": x}, opset=13, **attrs)
+    graph = md.import_onnx(model)
+    after, log = _decomposed(graph)
+    assert [n.op for n in after.nodes] == ["Reshape", "Transpose", "Reshape"], log
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(md.compile(after, target="reference").run({"x": x})["out0"], want)
+    got = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False).run({"x": x})["out0"]
+    np.testing.assert_array_equal(got, want)
