@@ -5,7 +5,8 @@ program: a decoder's 2x ConvTranspose, an Inception-style Concat of four branche
 embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsampling, a CastLike.
 Then generated and routine kernels on common shapes: transcendental activations, the softmax
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
-transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool.
+transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
+a reflect Pad, DepthToSpace and SpaceToDepth.
 metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
 metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
@@ -92,6 +93,10 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
         "Tile [8,128,96] by (1,1,8)": _one("Tile", (8, 128, 96), {"r": _axes(1, 1, 8)}),
         "MaxPool 5x5 stride 1 [8,256,20,20] (SPPF)": _one("MaxPool", (8, 256, 20, 20), kernel_shape=[5, 5],
                                                           pads=[2, 2, 2, 2]),
+        "Pad reflect 1 pixel [8,64,56,56]": _one("Pad", (8, 64, 56, 56), {"p": _axes(0, 0, 1, 1, 0, 0, 1, 1)},
+                                                 mode="reflect"),
+        "DepthToSpace 2 [8,256,28,28]": _one("DepthToSpace", (8, 256, 28, 28), blocksize=2),
+        "SpaceToDepth 2 [8,64,56,56]": _one("SpaceToDepth", (8, 64, 56, 56), blocksize=2),
     }
 
 
