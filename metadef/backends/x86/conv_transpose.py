@@ -1,8 +1,8 @@
 """ConvTranspose on x86: per image, one sgemm of the weights' transpose with the image
 (``W^T X``: every input pixel's contribution to each output channel and kernel tap, the
 columns), then ``md_col2im`` adds each column into the output plane where its tap lands, the
-bias first (channels split across the worker pool). Two-dimensional float32 only; anything
-else runs the reference kernel.
+bias first (channels split across the worker pool). Two-dimensional float32, and one-dimensional
+(a vocoder's upsampling) as planes of one row; anything else runs the reference kernel.
 
 Example:
     >>> from metadef.ir import parse_graph
@@ -51,10 +51,11 @@ def convtranspose_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str
 
 def convtranspose_lowering(node: Node, sources: Sequence[Arg], out: Arg,
                            consts: Sequence[np.ndarray | None] = ()) -> Lowering | None:
-    """The native form of a 2-D float32 ConvTranspose (None for any other)."""
+    """The native form of a 1-D or 2-D float32 ConvTranspose (None for any other)."""
     x = node.inputs[0].type
-    if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy != np.float32:
+    if x is None or x.shape is None or len(x.shape) not in (3, 4) or x.dtype.numpy != np.float32:
         return None
+    flat = len(x.shape) == 3  # (1-D: planes of one row)
     attrs = attrs_of(node)
     group = int(attrs["group"])
     bias = sources[2] if len(sources) > 2 else NULL
@@ -62,19 +63,24 @@ def convtranspose_lowering(node: Node, sources: Sequence[Arg], out: Arg,
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
         sx, sw = inputs[0], inputs[1]
-        if sx is None or sw is None:
-            return "an input is absent"
+        if sx is None or sw is None or len(sx) != len(sw) or len(sx) != len(x.shape):
+            return "an input is absent or of another rank"
+        out_shape = tuple(outputs[0])
+        if flat:  # one row a plane
+            sx, sw, out_shape = (*sx[:2], 1, sx[2]), (*sw[:2], 1, sw[2]), (*out_shape[:2], 1, out_shape[2])
         n, c, h, w = sx
         cin, k_group, kh, kw = sw
         try:
-            begin, _, size = transpose_geometry(attrs, (h, w), (kh, kw))
+            begin, _, size = transpose_geometry(attrs, (w,) if flat else (h, w), (kw,) if flat else (kh, kw))
         except MetadefError as e:
             return str(e)
-        k, (oh, ow) = k_group * group, tuple(outputs[0][2:])
+        if flat:
+            begin, size = [0, *begin], [1, *size]
+        k, (oh, ow) = k_group * group, out_shape[2:]
         if cin != c or c % group or tuple(size) != (oh, ow) or min(begin) < 0:
-            return f"shapes {list(sx)} * {list(sw)} -> {list(outputs[0])} are not a plain ConvTranspose"
-        strides = tuple(attrs.get("strides") or (1, 1))
-        dilations = tuple(attrs.get("dilations") or (1, 1))
+            return f"shapes {list(inputs[0])} * {list(inputs[1])} -> {list(outputs[0])} are not a plain ConvTranspose"
+        strides = (1, *(attrs.get("strides") or (1,))) if flat else tuple(attrs.get("strides") or (1, 1))
+        dilations = (1, *(attrs.get("dilations") or (1,))) if flat else tuple(attrs.get("dilations") or (1, 1))
         rows, pixels, depth = k_group * kh * kw, h * w, c // group
         cols = Arg("scratch", 0)
         dims = {"c": k, "kh": kh, "kw": kw, "h": h, "w": w, "oh": oh, "ow": ow, "sh": strides[0], "sw": strides[1],

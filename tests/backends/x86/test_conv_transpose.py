@@ -82,3 +82,35 @@ def test_a_fused_relu_after_convtranspose_runs_as_its_epilogue() -> None:
         x = RNG.standard_normal((2, 8, size, size - 2)).astype(np.float32)
         np.testing.assert_allclose(sess.run({"x": x})["y"], oracle.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
     assert all(not p.fallback for p in sess.executable.plan)
+
+
+CASES_1D: list[tuple[int, int, int, int, dict[str, Any]]] = [  # (c, k per group, kernel, length, attributes)
+    (8, 4, 3, 9, {}),
+    (16, 8, 16, 25, {"strides": [8], "pads": [4, 4]}),            # a vocoder's 8x upsampling
+    (6, 3, 3, 7, {"strides": [3], "output_padding": [2], "dilations": [2]}),
+    (8, 2, 4, 10, {"group": 4, "strides": [2], "pads": [1, 2]}),
+    (4, 4, 3, 6, {"strides": [2], "auto_pad": "SAME_UPPER"}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("c", "k", "kernel", "length", "attrs"), CASES_1D)
+def test_a_1d_convtranspose_runs_as_planes_of_one_row(c: int, k: int, kernel: int, length: int,
+                                                      attrs: dict[str, Any], threads: int) -> None:
+    group = attrs.get("group", 1)
+    consts = [onnx.numpy_helper.from_array(RNG.standard_normal((c, k, kernel)).astype(np.float32), "w"),
+              onnx.numpy_helper.from_array(RNG.standard_normal(k * group).astype(np.float32), "b")]
+    graph = helper.make_graph([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, "t"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = md.compile(md.import_onnx(model), target="x86", threads=threads)
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, t in ((1, length), (3, length + 3)):
+        x = RNG.standard_normal((n, c, t)).astype(np.float32)
+        np.testing.assert_allclose(sess.run({"x": x})["y"], oracle.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        program = sess.executable.programs.bound({"n": n, "t": t})
+        try:
+            assert program.python_steps == 0 and program.call_kinds["convtranspose col2im"] == n
+        finally:
+            sess.executable.programs.give_back(program)
