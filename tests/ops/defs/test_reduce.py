@@ -262,6 +262,34 @@ def test_topk_ties_match_onnxruntime(largest: int, dtype: type) -> None:
     assert_same(*run_both(model, {"x": x}))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(8, 60), st.integers(1, 15), st.booleans(), st.integers(0, 2),
+       st.sampled_from([np.float32, np.int64, np.uint8]), st.integers(0, 2**31))
+def test_topk_by_partition_matches_the_full_sort(rows: int, n: int, k: int, largest: bool, axis: int,
+                                                 dtype: type, seed: int) -> None:
+    """The partition path (a few of many) against the stable full sort, ties crowded at the
+    k-th value (few distinct values), on any axis."""
+    from metadef.ops.defs.reduce import _sorted_order, _topk_partial
+    k = min(k, n)
+    shape = [rows, 3, rows]
+    shape[axis] = n
+    x = np.random.default_rng(seed).integers(0, 6, shape).astype(dtype)
+    values, index = _topk_partial(x, k, axis, largest)
+    want_index = np.take(_sorted_order(x, axis, largest), np.arange(k), axis=axis)
+    np.testing.assert_array_equal(index, want_index)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, want_index, axis=axis))
+
+
+def test_topk_of_a_few_among_many_with_ties_and_nan_match_onnxruntime() -> None:
+    x = RNG.integers(0, 30, (16, 400)).astype(np.float32)
+    for largest in (0, 1):
+        model = one_node("TopK", {"x": x}, {"k": np.array([7], np.int64)}, ["x", "k"], n_out=2,
+                         opset=11, axis=1, largest=largest)
+        assert_same(*run_both(model, {"x": x}))
+    x[3, 17] = np.nan  # (the full sort: numpy's NaN order)
+    assert np.isnan(md.compile(md.import_onnx(model), target="reference").run({"x": x})["out0"][3]).any()
+
+
 def test_topk_opset9_k_attribute() -> None:
     x = RNG.normal(size=(2, 6)).astype(np.float32)
     model = one_node("TopK", {"x": x}, {}, ["x"], n_out=2, opset=9, k=2)
