@@ -6,7 +6,7 @@ embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsamplin
 Then generated and routine kernels on common shapes: transcendental activations, the softmax
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
 transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
-a reflect Pad, DepthToSpace and SpaceToDepth.
+a reflect Pad, DepthToSpace and SpaceToDepth, a 1-D ConvTranspose, TopK.
 metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
 metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
@@ -97,7 +97,20 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
                                                  mode="reflect"),
         "DepthToSpace 2 [8,256,28,28]": _one("DepthToSpace", (8, 256, 28, 28), blocksize=2),
         "SpaceToDepth 2 [8,64,56,56]": _one("SpaceToDepth", (8, 64, 56, 56), blocksize=2),
+        "ConvTranspose 1-D 64->32, k4 s2, [8,64,500]": _one("ConvTranspose", (8, 64, 500), {
+            "w": (RNG.standard_normal((64, 32, 4)) * 0.05).astype(np.float32)}, strides=[2], pads=[1, 1]),
+        "TopK 5 of [64,1000]": _topk(),
     }
+
+
+def _topk() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=-1)], "op",
+        [helper.make_tensor_value_info("x", F, ["n", 1000])],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("i", TensorProto.INT64, None)],
+        [onnx.numpy_helper.from_array(np.array([5], np.int64), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return model, {"x": RNG.standard_normal((64, 1000)).astype(np.float32)}
 
 
 _EMPTY = np.array([], np.float32)
