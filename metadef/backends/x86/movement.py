@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -292,23 +293,32 @@ def nearest_resize_node(node: Node) -> Choice | str:
     params = [None if v is None else v.const for v in node.inputs[1:]]
     if any(v is not None and c is None for v, c in zip(node.inputs[1:], params)):
         return "its scales, sizes or roi are computed at run time"
+    lower = _pixel_map(node, attrs, params, "resize nearest", "it resizes more than the last two axes")
+    return _native(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
+
+
+def _pixel_map(node: Node, attrs: Mapping[str, Any], operands: Sequence[Any], what: str, leading: str) -> Lowering:
+    """A lowering that picks every output pixel of the last two axes from an input pixel:
+    which one is found once per binding by running the node's own reference on a plane of
+    pixel numbers (with ``operands``, the node's other inputs); ``leading``: the reason when
+    the shapes differ on another axis."""
     reference = node.metaop.semantics.reference
-    rank = len(x.shape)
+    rank = len(node.inputs[0].type.shape)
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
         shape, out = inputs[0], tuple(outputs[0])
         if shape is None or tuple(shape[:-2]) != out[:-2]:
-            return "it resizes more than the last two axes"
+            return leading
         h, w = shape[-2:]
         numbers = np.arange(h * w, dtype=np.float64).reshape((1,) * (rank - 2) + (h, w))
-        picked = np.asarray(reference([numbers, *params], attrs))
-        table = picked.reshape(-1, *picked.shape[-2:])[0].reshape(-1).astype(np.int32)
+        picked = np.asarray(reference([numbers, *operands], attrs))
+        table = np.ascontiguousarray(picked.reshape(-1, *picked.shape[-2:])[0].reshape(-1), np.int32)
         if table.size != math.prod(out[-2:]):
             return "the reference's pixel map does not have the output's size"
-        return _gathered_planes(table, h * w, out, "resize nearest")
+        return _gathered_planes(table, h * w, out, what)
 
-    return _native(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
+    return lower
 
 
 def _gathered_planes(table: np.ndarray, in_plane: int, out: Sequence[int], what: str) -> NativeStep:
@@ -345,21 +355,8 @@ def pad_planes_node(node: Node) -> Choice | str:
     amounts = [int(x) for x in np.asarray(consts[0]).reshape(-1)]
     if rank < 2 or any(a < rank - 2 and amount for a, amount in zip(listed * 2, amounts)):
         return "it pads more than the last two axes"
-    reference_of = node.metaop.semantics.reference
-
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        shape, out = inputs[0], tuple(outputs[0])
-        if shape is None or tuple(shape[:-2]) != out[:-2]:
-            return "it pads more than the last two axes"
-        h, w = shape[-2:]
-        numbers = np.arange(h * w, dtype=np.float64).reshape((1,) * (rank - 2) + (h, w))
-        args = [numbers, np.asarray(consts[0]), None, None if consts[1] is None else np.asarray(consts[1])]
-        table = np.ascontiguousarray(np.asarray(reference_of(args, attrs)).reshape(-1), np.int32)
-        if table.size != math.prod(out[-2:]):
-            return "the reference's pixel map does not have the output's size"
-        return _gathered_planes(table, h * w, out, f"pad {attrs['mode']}")
-
+    operands = [np.asarray(consts[0]), None, None if consts[1] is None else np.asarray(consts[1])]
+    lower = _pixel_map(node, attrs, operands, f"pad {attrs['mode']}", "it pads more than the last two axes")
     return _native(node, f"Pad {attrs['mode']}: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
 
 
