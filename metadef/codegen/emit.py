@@ -106,6 +106,7 @@ class _Emitter:
         self.nests: list[tuple[Dim, ...]] = []
         self.columns: dict[Reduce, tuple[str, Reduce]] = {}  # column reduction -> (its block's buffer, merged form)
         self.block_start = "0"  # the first element of the current block of the innermost output loop
+        self.last = ""  # the innermost output variable of the nest being emitted
 
     # ------------------------------------------------------------------ plumbing
     def fresh(self, prefix: str = "v") -> str:
