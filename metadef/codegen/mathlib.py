@@ -25,6 +25,8 @@ import struct
 
 import numpy as np
 
+from metadef.codegen.host import host_target
+
 FUNCTIONS = {"exp": "md_expf", "log": "md_logf", "tanh": "md_tanhf", "erf": "md_erff",
              "sigmoid": "md_sigmoidf", "softplus": "md_softplusf"}
 """Semantic function name -> the inline float32 implementation."""
@@ -164,6 +166,18 @@ def _expf() -> str:
     return b.define("md_expf", b(f"fmul float {b(f'fmul float {y}, {scale}')}, {rest}"))
 
 
+def _expf_scalef() -> str:
+    """``md_expf`` for hosts with AVX-512: the polynomial times ``2**n`` by ``llvm.ldexp``,
+    which a vector loop makes one ``vscalefps`` (overflow to inf and subnormal results rounded
+    once, as the portable form's two scalings do): the same results, 1.8x faster here (Zen 4,
+    393,216 floats: 171 -> 92 us). Without AVX-512 ``ldexp`` would be a libm call an element."""
+    b = _Body()
+    x = _clamp(b, "%x", -104.0, 89.0)
+    rounded, r = _exp_reduce(b, x)
+    n = b(f"fptosi float {b(f'fsub float {rounded}, {_c(ROUND_MAGIC)}')} to i32")
+    return b.define("md_expf", b(f"call float @llvm.ldexp.f32.i32(float {_exp_poly(b, r)}, i32 {n})"))
+
+
 def _logf() -> str:
     b = _Body()
     tiny = b(f"fcmp olt float %x, {_c(1.1754943508222875e-38)}")
@@ -265,9 +279,9 @@ def _softplusf() -> str:
 
 
 _DECLARATIONS = "\n".join(
-    f"declare float @llvm.{name}.f32({', '.join(['float'] * arity)})"
-    for name, arity in [("fmuladd", 3), ("minnum", 2), ("maxnum", 2),
-                        ("fabs", 1), ("copysign", 2)])
+    [f"declare float @llvm.{name}.f32({', '.join(['float'] * arity)})"
+     for name, arity in [("fmuladd", 3), ("minnum", 2), ("maxnum", 2), ("fabs", 1), ("copysign", 2)]]
+    + ["declare float @llvm.ldexp.f32.i32(float, i32)"])
 
 DEFINITIONS = {"md_expf": _expf(), "md_logf": _logf(), "md_tanhf": _tanhf(), "md_erff": _erff(),
                "md_sigmoidf": _sigmoidf(), "md_softplusf": _softplusf()}
@@ -277,16 +291,28 @@ MATH_IR = "\n".join(DEFINITIONS.values())
 """All the definitions, to paste into a module."""
 
 
-def definitions_for(text: str) -> str:
+SCALEF_EXP: bool | None = None
+"""Whether ``md_expf`` takes its AVX-512 form (:func:`_expf_scalef`); None: where the host has
+AVX-512 (tests set it to check both forms)."""
+
+_EXP_SCALEF = _expf_scalef()
+
+
+def definitions_for(text: str, scalef: bool | None = None) -> str:
     """The definitions that ``text`` calls, with the ones they call (only those: optimizing
-    unused functions would cost compile time)."""
+    unused functions would cost compile time); ``md_expf`` in its AVX-512 form where
+    ``scalef`` (default :data:`SCALEF_EXP`, else whether the host has AVX-512) says so."""
     wanted = {name for name in DEFINITIONS if f"@{name}(" in text}
     for name in list(wanted):
         wanted |= {other for other in DEFINITIONS if f"@{other}(" in DEFINITIONS[name]}
-    return "\n".join(DEFINITIONS[name] for name in DEFINITIONS if name in wanted)
+    scalef = SCALEF_EXP if scalef is None else scalef
+    if scalef is None:
+        scalef = "md_expf" in wanted and host_target().has("avx512f")
+    chosen = {**DEFINITIONS, "md_expf": _EXP_SCALEF} if scalef else DEFINITIONS
+    return "\n".join(chosen[name] for name in chosen if name in wanted)
 
 MATH_DECLARATIONS = _DECLARATIONS
 """The intrinsics the definitions call (a module declares each intrinsic once)."""
 
 __all__ = ["DEFINITIONS", "EXP_POLY", "FUNCTIONS", "LN2_HI", "LN2_LO", "LOG2E", "MATH_DECLARATIONS", "MATH_IR",
-           "ROUND_MAGIC", "definitions_for", "float_literal"]
+           "ROUND_MAGIC", "SCALEF_EXP", "definitions_for", "float_literal"]

@@ -114,3 +114,47 @@ def test_sigmoid_is_within_2_5_ulp_and_underflows_only_with_float32_exp() -> Non
 def test_sigmoid_at_the_edges(value: float, want: float) -> None:
     assert _run("Sigmoid", np.array([value], np.float32))[0] == np.float32(want)
     assert np.isnan(_run("Sigmoid", np.array([np.nan], np.float32))[0])
+
+
+@pytest.mark.parametrize("scalef", [False, True])
+def test_both_forms_of_exp_agree_within_0_9_ulp(scalef: bool) -> None:
+    """``md_expf``'s portable form and its AVX-512 form (``llvm.ldexp``: one ``vscalefps`` a
+    vector there, a libm call elsewhere, correct on any host) in a loop of their own, the same
+    bound and edges as the kernels' (which take the host's form)."""
+    import ctypes
+
+    from metadef.codegen.jit import compile_ir
+    from metadef.codegen.mathlib import MATH_DECLARATIONS, definitions_for
+
+    loop = """define void @exp_loop(ptr %x, ptr %y, i64 %n) {
+entry:
+  br label %head
+head:
+  %i = phi i64 [0, %entry], [%next, %body]
+  %go = icmp slt i64 %i, %n
+  br i1 %go, label %body, label %done
+body:
+  %p = getelementptr inbounds float, ptr %x, i64 %i
+  %v = load float, ptr %p
+  %e = call float @md_expf(float %v)
+  %q = getelementptr inbounds float, ptr %y, i64 %i
+  store float %e, ptr %q
+  %next = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}
+"""
+    definitions = definitions_for(loop, scalef)
+    assert ("@llvm.ldexp" in definitions) == scalef
+    module = "\n".join([loop, definitions, MATH_DECLARATIONS])
+    address = compile_ir(module, ["exp_loop"], f"exp_loop_{scalef}")["exp_loop"]
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
+    x = np.concatenate([_samples(-110.0, 95.0), np.float32([0.0, -0.0, np.inf, -np.inf, 88.72284, -103.9])])
+    y = np.empty_like(x)
+    run(x.ctypes.data, y.ctypes.data, x.size)
+    with np.errstate(over="ignore"):
+        assert _ulps(y, np.exp(x.astype(np.float64))).max() < 0.9
+    nan = np.float32([np.nan])
+    run(nan.ctypes.data, nan.ctypes.data, 1)
+    assert np.isnan(nan[0])
