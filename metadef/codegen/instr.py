@@ -306,6 +306,7 @@ op_rules: dict[str, Callable[[Out, list[Arg], np.dtype], str]] = {
     "round": _intrinsic_function("roundeven"), "isnan": _is_nan, "isinf": _is_inf,
     "cast": _cast_rule,
     "exp": _transcendental("exp", _double_libm("exp")),
+    "expm1": _transcendental("expm1", _double_libm("expm1")),
     "log": _transcendental("log", _double_libm("log")),
     "tanh": _transcendental("tanh", _double_libm("tanh")),
     "erf": _transcendental("erf", _double_libm("erf")),

@@ -27,7 +27,7 @@ import numpy as np
 
 from metadef.codegen.host import host_target
 
-FUNCTIONS = {"exp": "md_expf", "log": "md_logf", "tanh": "md_tanhf", "erf": "md_erff",
+FUNCTIONS = {"exp": "md_expf", "expm1": "md_expm1f", "log": "md_logf", "tanh": "md_tanhf", "erf": "md_erff",
              "sigmoid": "md_sigmoidf", "softplus": "md_softplusf"}
 """Semantic function name -> the inline float32 implementation."""
 
@@ -178,6 +178,18 @@ def _expf_scalef() -> str:
     return b.define("md_expf", b(f"call float @llvm.ldexp.f32.i32(float {_exp_poly(b, r)}, i32 {n})"))
 
 
+def _expm1f() -> str:
+    """``exp(x) - 1``: the degree-6 polynomial less its constant, times ``x``, where ``|x| <=
+    ln2 / 2`` (no cancellation: within 1.5 ulp, ``-0`` kept), else ``md_expf(x) - 1`` (where
+    ``exp(x)`` is at least ``sqrt 2`` or at most ``1 / sqrt 2`` away from 1: within 3 ulp; inf,
+    -1 and NaN as ``exp``'s)."""
+    b = _Body()
+    small = b(f"fmul float {b.horner('%x', EXP_POLY[:-1])}, %x")
+    large = b(f"fsub float {b('call float @md_expf(float %x)')}, 1.0")
+    pick = b(f"fcmp olt float {b('call float @llvm.fabs.f32(float %x)')}, {_c(0.34657359027997264)}")
+    return b.define("md_expm1f", b(f"select i1 {pick}, float {small}, float {large}"))
+
+
 def _logf() -> str:
     b = _Body()
     tiny = b(f"fcmp olt float %x, {_c(1.1754943508222875e-38)}")
@@ -283,7 +295,7 @@ _DECLARATIONS = "\n".join(
      for name, arity in [("fmuladd", 3), ("minnum", 2), ("maxnum", 2), ("fabs", 1), ("copysign", 2)]]
     + ["declare float @llvm.ldexp.f32.i32(float, i32)"])
 
-DEFINITIONS = {"md_expf": _expf(), "md_logf": _logf(), "md_tanhf": _tanhf(), "md_erff": _erff(),
+DEFINITIONS = {"md_expf": _expf(), "md_expm1f": _expm1f(), "md_logf": _logf(), "md_tanhf": _tanhf(), "md_erff": _erff(),
                "md_sigmoidf": _sigmoidf(), "md_softplusf": _softplusf()}
 """Each inline function's definition."""
 

@@ -158,3 +158,18 @@ done:
     nan = np.float32([np.nan])
     run(nan.ctypes.data, nan.ctypes.data, 1)
     assert np.isnan(nan[0])
+
+
+def test_expm1_is_within_3_ulp_and_keeps_its_sign_near_zero() -> None:
+    """``md_expm1f`` (Elu, Selu, Celu) against float64 expm1: the polynomial near 0 (relative,
+    no cancellation), ``exp(x) - 1`` beyond, and the edges."""
+    x = np.concatenate([_samples(-110.0, 95.0), np.geomspace(1e-38, 0.4, 100_000, dtype=np.float32)])
+    x = np.concatenate([x, -x[-100_000:]])
+    got = _run("Elu", x)  # (alpha 1: expm1 below 0, x itself above)
+    with np.errstate(over="ignore"):
+        want = np.where(x < 0, np.expm1(x.astype(np.float64)), x.astype(np.float64))
+    assert _ulps(got, want).max() < 3.0
+    edges = np.float32([-0.0, -1e-30, -np.inf, -200.0, np.nan])
+    got = _run("Elu", edges)
+    assert np.signbit(got[0]) and got[1] == np.float32(-1e-30) and got[2] == -1.0 and got[3] == -1.0
+    assert np.isnan(got[4])

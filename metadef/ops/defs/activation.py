@@ -37,12 +37,12 @@ from metadef.shape import TensorType
 Relu = unary("Relu", "max(X[...], 0)", types="T in {float, sint}", since=(1, 6, 13, 14))
 LeakyRelu = unary("LeakyRelu", "where(X[...] < 0, alpha * X[...], X[...])",
                   attrs={"alpha": float_(0.01)}, since=(1, 6, 16))
-Elu = unary("Elu", "where(X[...] < 0, alpha * (exp(cast_float64(X[...])) - 1), X[...])",
+Elu = unary("Elu", "where(X[...] < 0, alpha * expm1(X[...]), X[...])",
             attrs={"alpha": float_(1.0)}, since=(1, 6, 22))
-Selu = unary("Selu", "gamma * where(X[...] > 0, X[...], alpha * (exp(cast_float64(X[...])) - 1))",
+Selu = unary("Selu", "gamma * where(X[...] > 0, X[...], alpha * expm1(X[...]))",
              attrs={"alpha": float_(1.67326319217681884765625),
                     "gamma": float_(1.05070102214813232421875)}, since=(1, 6, 22))
-Celu = unary("Celu", "max(X[...], 0) + min(0, alpha * (exp(cast_float64(X[...]) / alpha) - 1))",
+Celu = unary("Celu", "max(X[...], 0) + min(0, alpha * expm1(X[...] / alpha))",
              attrs={"alpha": float_(1.0)}, since=(12, 28))
 ThresholdedRelu = unary("ThresholdedRelu", "where(X[...] > alpha, X[...], 0)",
                         attrs={"alpha": float_(1.0)}, since=(10, 22))

@@ -92,7 +92,7 @@ def _cast(dtype: np.dtype) -> Callable[[Any], Any]:
 
 
 functions: dict[str, tuple[int, Callable[..., Any]]] = {
-    "exp": (1, np.exp), "log": (1, np.log), "sqrt": (1, np.sqrt),
+    "exp": (1, np.exp), "expm1": (1, np.expm1), "log": (1, np.log), "sqrt": (1, np.sqrt),
     "rsqrt": (1, lambda x: 1 / np.sqrt(x)), "tanh": (1, np.tanh), "erf": (1, erf),
     "sigmoid": (1, _sigmoid), "abs": (1, np.abs), "neg": (1, np.negative),
     "floor": (1, np.floor), "ceil": (1, np.ceil), "round": (1, np.round),  # half to even
