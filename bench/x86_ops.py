@@ -68,7 +68,7 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             [helper.make_node("CastLike", ["x", "half"], ["h"]), helper.make_node("CastLike", ["h", "x"], ["y"])],
             [helper.make_tensor_value_info("x", F, ["n", 64, 56, 56])],
             {"half": np.zeros(1, np.float16)}), {"x": x}),
-        **{f"{op} [512,768]": _one(op, (512, 768)) for op in ("Exp", "Tanh", "Sigmoid", "Erf", "Gelu")},
+        **{f"{op} [512,768]": _one(op, (512, 768)) for op in ("Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Elu")},
         "Softmax rows [512,768]": _one("Softmax", (512, 768), axis=-1),
         "Softmax [8,12,128,128] (attention)": _one("Softmax", (8, 12, 128, 128), axis=-1),
         "Softmax over channels [8,19,64,64]": _one("Softmax", (8, 19, 64, 64), axis=1),
