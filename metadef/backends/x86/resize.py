@@ -34,7 +34,7 @@ from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep
 from metadef.codegen.native import native_function
 from metadef.codegen.native_resize import ROW_FLOATS, resize2d_dims
 from metadef.ir import Node
-from metadef.ops.defs.nn_resize import axis_taps, plan
+from metadef.ops.defs.nn_resize import axis_taps, plan, resize_operands
 from metadef.shape import TensorType
 
 
@@ -82,11 +82,7 @@ def resize_node(node: Node) -> Choice | str:
     params = [None if v is None else v.const for v in node.inputs[1:]]
     if any(v is not None and c is None for v, c in zip(node.inputs[1:], params)):
         return "its scales or sizes are computed at run time"
-    operands = (list(params) + [None] * 3)[:3]
-    if len(node.inputs) == 2:
-        operands = [None, params[0], None]
-    roi, scales, sizes = (None if v is None or np.size(v) == 0 else v for v in operands)
-    del roi  # (only tf_crop_and_resize reads it)
+    _, scales, sizes = resize_operands([None, *params])  # (the roi: only tf_crop_and_resize reads it)
     if scales is not None and not attrs.get("axes") and np.any(np.asarray(scales)[:-2] != 1):
         return "it resizes more than the last two axes"
     fallback = reference(node, "")

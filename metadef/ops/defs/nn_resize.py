@@ -50,9 +50,14 @@ def check_attrs(attrs: Mapping[str, Any]) -> None:
         raise AttributeError_("Resize: antialias=1 needs mode linear or cubic")
 
 
-def _operands(inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
-    """(roi, scales, sizes); a 2-input node is the opset-10 form ``(X, scales)``; empty
-    tensors count as absent."""
+def resize_operands(inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """(roi, scales, sizes) of a Resize's inputs (``X`` first); a 2-input node is the opset-10
+    form ``(X, scales)``; empty tensors count as absent.
+
+    Example:
+        >>> resize_operands([None, np.zeros(0), np.ones(4)])[1:]
+        (array([1., 1., 1., 1.]), None)
+    """
     if len(inputs) == 2:
         picked = [None, inputs[1], None]
     else:
@@ -259,7 +264,7 @@ def resize_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) 
     """Opaque: separable interpolation, one vectorized pass per resized axis."""
     check_attrs(attrs)
     x = inputs[0]
-    roi, scales, sizes = _operands(inputs)
+    roi, scales, sizes = resize_operands(inputs)
     axes, scale, out = plan(x.shape, attrs, scales, sizes)
     roi_of = {}
     if roi is not None:
@@ -352,4 +357,4 @@ Upsample = metaop(
 )
 
 __all__ = ["MODES", "NEAREST_MODES", "POLICIES", "RESIZE_ATTRS", "TRANSFORMS", "axis_taps", "check_attrs",
-           "plan", "resize_reference", "upsample_reference"]
+           "plan", "resize_operands", "resize_reference", "upsample_reference"]
