@@ -29,6 +29,7 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   ``md_softmax_rows`` the softmax between them, the mask added, which Softmax nodes over rows
   run too, and ``md_log_softmax_rows`` (:mod:`.native_softmax`).
 - ``md_resize2d``: a linear or cubic Resize of planes from per-axis tap tables (:mod:`.native_resize`).
+- ``md_topk_rows``: TopK along rows, each row's best k kept sorted on the stack (:mod:`.native_topk`).
 - ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
@@ -103,6 +104,7 @@ from metadef.codegen.native_ir import (
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
+from metadef.codegen.native_topk import _topk_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
 from metadef.core.errors import BackendError
 
@@ -364,6 +366,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
     "md_resize2d": _resize2d,
+    "md_topk_rows": _topk_rows,
     "md_log_softmax_rows": _log_softmax_rows,
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),

@@ -40,6 +40,7 @@ from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import maxpool_lowering
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
+from metadef.backends.x86.topk import topk_node
 from metadef.backends.x86.transpose import transpose_lowering
 from metadef.core.dtypes import FLOAT32
 from metadef.ir import Graph, GraphBuilder, Node
@@ -469,6 +470,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     **{op: (movement.view_node,) for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
     "CastLike": (castlike_node,),
     **{op: (softmax_node, generated_node) for op in ("Softmax", "LogSoftmax")},
+    "TopK": (topk_node,),
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
