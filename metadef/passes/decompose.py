@@ -52,18 +52,19 @@ def _groupnorm(m: Match, ed: GraphEditor) -> Built:
     if not isinstance(channels, int) or groups <= 0 or channels % groups:
         return Refusal(f"the channels ({channels}) are not known to split into {groups} groups")
     rank, dtype = len(x.type.shape), x.type.dtype.numpy
-    affine = []
-    for v in (scale, bias):
+    per_group = []
+    for v in (scale, bias):  # (every refusal before the first node is added)
         if v.type is None or v.type.shape is None or len(v.type.shape) != 1:
             return Refusal(f"%{v.name} is not a vector")
-        if v.type.shape[0] == groups and groups != channels:  # opset 18: one value a group
-            if v.const is None:
-                return Refusal(f"%{v.name} holds a value per group and is not a constant")
-            per_channel = np.repeat(np.asarray(v.const), channels // groups).reshape((channels,) + (1,) * (rank - 2))
-            affine.append(ed.const(f"{v.name}_per_channel", per_channel.astype(dtype)))
-        else:
-            shape = ed.const(f"{node.name}_affine_shape", np.array([channels] + [1] * (rank - 2), np.int64))
-            affine.append(ed.add("Reshape", [v, shape], name=f"{node.name}/{v.name}_per_channel")[0])
+        per_group.append(v.type.shape[0] == groups and groups != channels)  # opset 18: one value a group
+        if per_group[-1] and v.const is None:
+            return Refusal(f"%{v.name} holds a value per group and is not a constant")
+    column = (channels,) + (1,) * (rank - 2)
+    shape = None if all(per_group) else ed.const(f"{node.name}_affine_shape", np.array(column, np.int64))
+    affine = [ed.const(f"{v.name}_per_channel", np.repeat(np.asarray(v.const), channels // groups)
+                       .reshape(column).astype(dtype)) if grouped_values
+              else ed.add("Reshape", [v, shape], name=f"{node.name}/{v.name}_per_channel")[0]
+              for v, grouped_values in zip((scale, bias), per_group)]
     stash = int(node.attrs.get("stash_type", 1))
     grouped = ed.const(f"{node.name}_groups", np.array([0, groups, -1], np.int64))
     r, = ed.add("Reshape", [x, grouped], name=f"{node.name}/groups")

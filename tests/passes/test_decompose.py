@@ -50,6 +50,12 @@ def test_group_normalization_with_unknown_channels_is_refused() -> None:
     after, log = _decomposed(g)
     assert [n.op for n in after.nodes] == ["GroupNormalization"]
     assert log == ["refused groupnorm_as_layernorm at gn: the channels (c) are not known to split into 2 groups"]
+    per_group = parse_graph("""graph g(%x: f32[n,4,h], %s: f32[4], %b: f32[2]) -> (%y) {
+      %y: f32[n,4,h] = GroupNormalization(%x, %s, %b) {num_groups=2} @gn
+      return %y }""")
+    after, log = _decomposed(per_group)  # (refused after looking at both: nothing added for the scale)
+    assert [n.op for n in after.nodes] == ["GroupNormalization"] and not after.constants
+    assert log == ["refused groupnorm_as_layernorm at gn: %b holds a value per group and is not a constant"]
 
 
 @pytest.mark.parametrize("repeats", [(1, 1, 8), (2, 1, 3), (1, 3, 1), (1, 1, 1)])
