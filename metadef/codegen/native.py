@@ -30,8 +30,9 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   run too, and ``md_log_softmax_rows`` (:mod:`.native_softmax`).
 - ``md_resize2d``: a linear or cubic Resize of planes from per-axis tap tables (:mod:`.native_resize`).
 - ``md_topk_rows``: TopK along rows, each row's best k kept sorted on the stack (:mod:`.native_topk`).
-- ``md_depthwise``: a depthwise conv, padding skipped in place, bias and bounds applied
-  (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum.
+- ``md_depthwise``: a 3x3 depthwise conv, padding skipped in place, bias and bounds applied
+  (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum;
+  ``md_depthwise5`` / ``md_depthwise7`` its padded walk for 5x5 and 7x7 windows.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
@@ -79,7 +80,7 @@ from metadef.codegen.native_conv import (
     _im2col_task,
     _pad2d,
 )
-from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, _depthwise
+from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, DEPTHWISE_KERNELS, _depthwise, depthwise_routine
 from metadef.codegen.native_direct import _conv_direct
 from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
 from metadef.codegen.native_ir import (
@@ -341,6 +342,8 @@ def _sgemm(module: ir.Module) -> None:
 INPLACE_VARIANTS = tuple(f"{name}_inplace{s}" for name in ("md_depthwise", "md_maxpool3x3") for s in (1, 2))
 """``md_depthwise`` and ``md_maxpool3x3`` for planes read in place at stride 1 or 2 only
 (:func:`.native_depthwise.in_place`): a model whose planes all are needs none of the rest."""
+WIDE_DEPTHWISE = tuple(depthwise_routine(k) for k in DEPTHWISE_KERNELS if k != 3)
+"""``md_depthwise5``, ``md_depthwise7``: the padded walk of ``md_depthwise`` with larger windows."""
 
 ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_program": _program,
@@ -372,11 +375,12 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     **{f"md_depthwise_inplace{s}": functools.partial(_depthwise, only_in_place=s) for s in (1, 2)},
     **{f"md_maxpool3x3_inplace{s}": functools.partial(_depthwise, pool=True, only_in_place=s) for s in (1, 2)},
+    **{depthwise_routine(k): functools.partial(_depthwise, k=k) for k in DEPTHWISE_KERNELS if k != 3},
     "md_run_tasks": _pool_module,
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_bmm", "md_depthwise",
-                              "md_maxpool3x3", *INPLACE_VARIANTS, "md_sgemm",
+                              "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows"})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
@@ -384,9 +388,9 @@ code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bi
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softmax routines,
 whose bodies unroll their own loops (md_softmax_rows with its log form as four bodies: 470 ->
 141 ms of LLVM, the same speed)."""
-VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, "md_transpose", "md_pad2d",
-                                "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows", "md_gather",
-                                "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
+VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_transpose",
+                                "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
+                                "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
                                 "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows"})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
@@ -400,7 +404,8 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 (measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
 
 OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
-                               "md_maxpool3x3", *INPLACE_VARIANTS, "md_winograd_in", "md_winograd_out",
+                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
+                               "md_winograd_out",
                                "md_winograd4_in", "md_winograd4_out"})
 """Routines through LLVM's O1 pipeline (no vectorizers): their tiles, vectors and prefetches are
 all written out, so O3 only spent time on them (the code generator still schedules at its

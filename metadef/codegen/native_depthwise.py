@@ -59,12 +59,14 @@ from metadef.codegen.native_ir import (
     _internal,
     _loop,
     _smax,
+    _smin,
     _splat,
 )
 
 DEPTHWISE_DIMS = ("planes", "c", "h", "w", "oh", "ow", "sh", "sw", "pt", "pl", "lo", "hi", "task", "tasks")
-"""The dims of ``md_depthwise`` (a 3x3 kernel, dilation 1): args are ``[x, w [c, 9], bias [c], y]``; ``lo`` and ``hi``
-are float32 bits (``-inf`` / ``inf`` for no bound)."""
+"""The dims of ``md_depthwise`` (a 3x3 kernel, dilation 1; ``md_depthwise{k}``: k x k): args are
+``[x, w [c, k * k], bias [c], y]``; ``lo`` and ``hi`` are float32 bits (``-inf`` / ``inf`` for no
+bound)."""
 
 
 def _bits(x: float) -> int:
@@ -96,28 +98,28 @@ copies the next plane while it computes this one (see ``_depthwise``)."""
 
 
 
-def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.Function:
+def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int = 3) -> ir.Function:
     """``plane(y, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half)``: every output row of one
-    plane from the padded plane (lines ``span`` floats apart), the taps loaded once and
+    plane from the padded plane (lines ``span`` floats apart), the ``k x k`` taps loaded once and
     unrolled. Strides 1 and 2 take 8 outputs a step in vectors, a row's last few in one masked
     step; for stride 2 the lines are deinterleaved (even columns, then the odd ones from
     ``half`` on), so every tap is one contiguous load. Other strides go one output at a time.
-    ``pool``: the maximum of the nine taps' inputs and ``beta`` instead (``w`` unread)."""
-    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}_plane{stride or 'n'}",
+    ``pool``: the maximum of the taps' inputs and ``beta`` instead (``w`` unread)."""
+    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}{'' if k == 3 else k}_plane{stride or 'n'}",
                       [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
     y_plane, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half = fn.args
-    taps = [] if pool else [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(9)]
+    taps = [] if pool else [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(k * k)]
     step = I64(stride) if stride else sw
     row: dict[str, Any] = {}  # the output row being built: its output and three input lines
 
     def one(o: ir.Value) -> None:
         base = b.mul(o, step)
         acc = beta
-        for r in range(3):
-            for s in range(3):
+        for r in range(k):
+            for s in range(k):
                 v = b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32)
                 acc = b.call(_maximum(module, F32), [acc, v]) if pool else \
-                    b.fadd(acc, b.fmul(taps[3 * r + s], v, flags=["contract"]), flags=["contract"])
+                    b.fadd(acc, b.fmul(taps[k * r + s], v, flags=["contract"]), flags=["contract"])
         b.store(_bounded(b, acc, lo, hi), _elem(b, row["y"], o))
 
     def for_each_row(body: Callable[[], None]) -> None:
@@ -126,7 +128,7 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
             # (a vector from this row's start stays in the plane: a short row may spill into
             # the next ones, which are computed after it and write their own values)
             row["room"] = b.icmp_signed("<=", b.add(b.mul(oy, ow), I64(8)), b.mul(oh, ow))
-            row["lines"] = [_elem(b, padded, b.mul(b.add(b.mul(oy, sh), I64(r)), span)) for r in range(3)]
+            row["lines"] = [_elem(b, padded, b.mul(b.add(b.mul(oy, sh), I64(r)), span)) for r in range(k)]
             body()
         _loop(b, I64(0), oh, at)
 
@@ -142,17 +144,17 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
     tail = b.sub(ow, b.mul(blocks, I64(8)))
     lanes = b.icmp_signed("<", LANES, _splat(b, tail))
 
-    def eight(k: ir.Value, masked: bool = False, at_output: ir.Value | None = None) -> None:
-        o = b.mul(k, I64(8)) if at_output is None else at_output
+    def eight(block: ir.Value, masked: bool = False, at_output: ir.Value | None = None) -> None:
+        o = b.mul(block, I64(8)) if at_output is None else at_output
         base = b.mul(o, step)
         acc = start
-        for r in range(3):
-            for s in range(3):
+        for r in range(k):
+            for s in range(k):
                 at = _elem(b, row["lines"][r], b.add(base, I64(s)))
-                if stride == 2:  # the line is deinterleaved: column 2o + s is E[o], O[o], E[o + 1]
-                    at = _elem(b, row["lines"][r], b.add(o, half) if s == 1 else b.add(o, I64(s // 2)))
+                if stride == 2:  # the line is deinterleaved: column 2o + s is E[o + s // 2] or O[o + s // 2]
+                    at = _elem(b, row["lines"][r], b.add(b.add(o, half) if s % 2 else o, I64(s // 2)))
                 v = b.load(at, typ=V8, align=4)
-                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [wide[3 * r + s], v, acc])
+                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [wide[k * r + s], v, acc])
         result = _bounded(b, acc, low, high)
         if not masked:
             b.store(result, _elem(b, row["y"], o), align=4)
@@ -179,9 +181,67 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False) -> ir.F
                 with last_rows:
                     eight(blocks, True)
 
-    for_each_row(full_row)
+    if ROW_GROUP.get(k, 1) == 1:
+        for_each_row(full_row)
+        b.ret_void()
+        return fn
+    group = ROW_GROUP[k]
+    with b.if_else(b.and_(b.and_(b.icmp_signed("==", sh, I64(stride)), b.icmp_signed(">=", ow, I64(8))),
+                          b.icmp_signed(">=", oh, I64(group)))) as (grouped, singly):
+        with grouped:
+            vectors = b.sdiv(b.add(ow, I64(7)), I64(8))
+
+            def rows_at(oy0: ir.Value) -> None:
+                def pair(p: ir.Value) -> None:
+                    # vectors 2p and 2p + 1 of the row, the second ending at the row's end where
+                    # it would pass it and the first 8 outputs before the second (an odd count:
+                    # the last pair overlaps the one before; a row of 8-15: its two overlap)
+                    second = _smin(b, b.add(b.mul(p, I64(16)), I64(8)), b.sub(ow, I64(8)))
+                    first = _smax(b, _smin(b, b.mul(p, I64(16)), b.sub(second, I64(8))), I64(0))
+                    _rows_of_eight(b, oy0, [first, second])
+
+                _loop(b, I64(0), b.sdiv(b.add(vectors, I64(1)), I64(2)), pair)
+
+            def _rows_of_eight(b: ir.IRBuilder, oy0: ir.Value, starts: list[ir.Value]) -> None:
+                # ``group`` output rows of ``len(starts)`` vectors at once: each input line loaded
+                # once for every row it feeds, each tap for every vector, one accumulator each
+                # (a 7x7 window's 49 taps on one accumulator waited on the FMA's latency: 1.5-1.9x
+                # ONNX Runtime's time)
+                accs = [[start] * group for _ in starts]
+                for line in range((group - 1) * stride + k):
+                    first = _elem(b, padded, b.mul(b.add(b.mul(oy0, I64(stride)), I64(line)), span))
+                    for s in range(k):
+                        uses = [(i, line - i * stride) for i in range(group) if 0 <= line - i * stride < k]
+                        if not uses:
+                            continue
+                        for col, o in enumerate(starts):
+                            at = b.add(b.add(o, half) if s % 2 else o, I64(s // 2)) if stride == 2 else \
+                                b.add(o, I64(s))
+                            v = b.load(_elem(b, first, at), typ=V8, align=4)
+                            for i, r in uses:
+                                accs[col][i] = b.call(_maximum(module, V8), [accs[col][i], v]) if pool else \
+                                    b.call(fma, [wide[k * r + s], v, accs[col][i]])
+                for o, column in zip(starts, accs):
+                    for i, acc in enumerate(column):
+                        out = _elem(b, y_plane, b.add(b.mul(b.add(oy0, I64(i)), ow), o))
+                        b.store(_bounded(b, acc, low, high), out, align=4)
+
+            _loop(b, I64(0), b.sdiv(oh, I64(group)), lambda g: rows_at(b.mul(g, I64(group))))
+            # the last few rows: one more group ending at the plane's last row (it computes
+            # again rows the last group wrote)
+            _if(b, b.icmp_signed("!=", b.srem(oh, I64(group)), I64(0)), lambda: rows_at(b.sub(oh, I64(group))))
+        with singly:
+            for_each_row(full_row)
     b.ret_void()
     return fn
+
+
+ROW_GROUP = {5: 4, 7: 4}
+"""Output rows a step of the vector walks computes by window side (3x3: one row of one vector; the
+larger windows: 4 rows of two vectors, 8 accumulators). One core, ms for 8 images against
+single rows: 7x7 over 96 planes of 56x56 9.3 -> 4.3 (4 rows of one vector: 6.1, 6 rows: 5.0,
+6 rows of two: 4.7, 3 rows of two: 4.4); 5x5 over 240 planes of 28x28 2.0-2.6 (4 rows of one)
+-> 1.3-1.7."""
 
 
 def _by_stride(b: ir.IRBuilder, sw: ir.Value, rows: dict[int | None, ir.Function], call: list[ir.Value]) -> None:
@@ -291,13 +351,15 @@ def in_place(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, i
     return begin == (1, 1) and ((same and w >= 9) or (halved and w >= 16) or narrow)
 
 
-def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None = None) -> None:
+def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None = None, k: int = 3) -> None:
     """``md_depthwise``, or with ``pool`` ``md_maxpool3x3``: the same walk over padded planes
     (padded with -inf, not zeros), each output the maximum of its window; ``w`` and ``bias``
     are not read (null). ``only_in_place``: a stride, for the variant ``..._inplace{stride}``
-    that computes planes :func:`in_place` holds for at that stride, and nothing else."""
-    name = ("md_maxpool3x3" if pool else "md_depthwise") + (f"_inplace{only_in_place}" if only_in_place else "")
-    rows = {} if only_in_place else {s: _interior(module, s, pool) for s in (1, 2, None)}
+    that computes planes :func:`in_place` holds for at that stride, and nothing else. ``k``:
+    the window's side, for :func:`depthwise_routine`'s larger ones (the padded walk only)."""
+    name = depthwise_routine(k) if not pool else "md_maxpool3x3"
+    name += f"_inplace{only_in_place}" if only_in_place else ""
+    rows = {} if only_in_place else {s: _interior(module, s, pool, k) for s in (1, 2, None)}
     b, args, dims = _define(module, name)
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(DEPTHWISE_DIMS)}
@@ -306,7 +368,8 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
     last_plane = b.sdiv(b.mul(d["planes"], b.add(d["task"], I64(1))), d["tasks"])
     sh, sw, pt, pl, height, width = d["sh"], d["sw"], d["pt"], d["pl"], d["h"], d["w"]
     oh, ow = d["oh"], d["ow"]
-    if native_inplace.DIRECT or only_in_place:
+    direct_first = k == 3 and (native_inplace.DIRECT or only_in_place)
+    if direct_first:
         strides = (only_in_place,) if only_in_place else (1, 2)
         directs = {st: _direct(module, st, pool) for st in strides}
         fill_value = F32(-math.inf) if pool else F32(0.0)
@@ -371,10 +434,10 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
             return
     # one padded plane on the stack, zeros around the image: as wide and tall as every read
     # of the outputs needs (plus 8 floats: a vector's reach)
-    reach = _smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(3)), b.add(pl, width))
+    reach = _smax(b, b.add(b.mul(b.sub(d["ow"], I64(1)), sw), I64(k)), b.add(pl, width))
     half = b.add(b.sdiv(b.add(reach, I64(1)), I64(2)), I64(8))  # (stride 2: E[0, half), O[half, span))
     span = b.mul(half, I64(2))
-    tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(3)), b.add(pt, height))
+    tall = _smax(b, b.add(b.mul(b.sub(d["oh"], I64(1)), sh), I64(k)), b.add(pt, height))
     plane_floats = b.add(b.mul(span, tall), I64(24))
     # a small plane has two padded copies, a plane apart plus a line of 16 floats (so the
     # copies' addresses do not alias 4 KiB apart): plane p + 1 is copied before plane p is
@@ -416,7 +479,7 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
     def compute_plane(p: ir.Value, source: ir.Value) -> None:
         channel = b.srem(p, d["c"])
         yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
-        wc = _elem(b, w, b.mul(channel, I64(9)))
+        wc = _elem(b, w, b.mul(channel, I64(k * k)))
         beta = F32(-math.inf) if pool else b.load(_elem(b, bias, channel), typ=F32)
         _by_stride(b, sw, rows, [yp, source, span, wc, beta, lo, hi, d["oh"], d["ow"], sh, sw, half])
 
@@ -435,7 +498,7 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
             _loop(b, first_plane, last_plane, ahead)
         with large:
             _loop(b, first_plane, last_plane, in_place)
-    if native_inplace.DIRECT:
+    if direct_first:
         b.branch(done)
         b.position_at_end(done)
     b.ret_void()
@@ -447,16 +510,33 @@ def _even(b: ir.IRBuilder, p: ir.Value, first: ir.Value) -> ir.Value:
 
 
 def stack_floats(hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int],
-                 begin: tuple[int, int]) -> int:
-    """The floats of the padded plane ``md_depthwise`` keeps on its stack for these shapes.
+                 begin: tuple[int, int], k: int = 3) -> int:
+    """The floats of the padded plane ``md_depthwise`` (``k``: its window's side) keeps on its
+    stack for these shapes.
 
     Example:
-        >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1))
-        4316
+        >>> stack_floats((56, 56), (56, 56), (1, 1), (1, 1)), stack_floats((56, 56), (56, 56), (1, 1), (3, 3), 7)
+        (4316, 4898)
     """
-    reach = max((out_hw[1] - 1) * strides[1] + 3, begin[1] + hw[1])
+    reach = max((out_hw[1] - 1) * strides[1] + k, begin[1] + hw[1])
     span = 2 * ((reach + 1) // 2 + 8)
-    return span * max((out_hw[0] - 1) * strides[0] + 3, begin[0] + hw[0]) + 24
+    return span * max((out_hw[0] - 1) * strides[0] + k, begin[0] + hw[0]) + 24
 
 
-__all__ = ["DEPTHWISE_DIMS", "depthwise_dims", "stack_floats"]
+DEPTHWISE_KERNELS = (3, 5, 7)
+"""The window sides of depthwise convs the routines of :func:`depthwise_routine` compute."""
+
+
+def depthwise_routine(k: int) -> str:
+    """The routine computing a ``k x k`` depthwise conv (``k`` in :data:`DEPTHWISE_KERNELS`):
+    ``md_depthwise`` for 3x3 (with its in-place variants), ``md_depthwise{k}`` for the larger
+    windows of EfficientNet and MobileNetV3 (5x5) and ConvNeXt (7x7), the padded walk only.
+
+    Example:
+        >>> depthwise_routine(3), depthwise_routine(7)
+        ('md_depthwise', 'md_depthwise7')
+    """
+    return "md_depthwise" if k == 3 else f"md_depthwise{k}"
+
+
+__all__ = ["DEPTHWISE_DIMS", "DEPTHWISE_KERNELS", "depthwise_dims", "depthwise_routine", "stack_floats"]

@@ -49,7 +49,13 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen import native_inplace
 from metadef.codegen.native import native_function
-from metadef.codegen.native_depthwise import depthwise_dims, in_place, stack_floats
+from metadef.codegen.native_depthwise import (
+    DEPTHWISE_KERNELS,
+    depthwise_dims,
+    depthwise_routine,
+    in_place,
+    stack_floats,
+)
 from metadef.codegen.native_gemm import (
     conv1x1_chunks,
     conv1x1_dims,
@@ -475,10 +481,10 @@ def in_place_routine(routine: str, hw: tuple[int, int], out_hw: tuple[int, int],
 
 
 def routine_fits(routine: str, hw: tuple[int, int], out_hw: tuple[int, int], strides: tuple[int, int],
-                 begin: tuple[int, int]) -> bool:
+                 begin: tuple[int, int], k: int = 3) -> bool:
     """Whether ``routine`` (``md_depthwise``, ``md_maxpool3x3`` or a variant of either from
     :func:`in_place_routine`) runs planes of these shapes: its padded plane fits its stack, and
-    a variant reads them in place.
+    a variant reads them in place (``k``: the window's side).
 
     Example:
         >>> routine_fits("md_depthwise_inplace1", (16, 16), (16, 16), (1, 1), (1, 1))
@@ -486,40 +492,52 @@ def routine_fits(routine: str, hw: tuple[int, int], out_hw: tuple[int, int], str
         >>> [routine_fits(r, (8, 8), (8, 8), (1, 1), (1, 1)) for r in ("md_depthwise_inplace1", "md_depthwise")]
         [False, True]
     """
-    return stack_floats(hw, out_hw, strides, begin) <= STACK_FLOATS and (
+    return stack_floats(hw, out_hw, strides, begin, k) <= STACK_FLOATS and (
         "_inplace" not in routine or in_place(hw, out_hw, strides, begin))
 
 
-def depthwise3x3(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype) -> bool:
-    """Whether a Conv node is a 3x3, dilation-1 depthwise conv that ``md_depthwise`` runs."""
+def depthwise_window(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype) -> int | None:
+    """The side ``k`` of a Conv node's window where it is a ``k x k``, dilation-1 depthwise conv
+    that a routine of :func:`.native_depthwise.depthwise_routine` runs (3, 5, 7), else None.
+
+    Example:
+        >>> depthwise_window({"group": 32, "kernel_shape": [5, 5]}, (32, 1, 5, 5), np.dtype(np.float32))
+        5
+    """
     kernel = tuple(attrs.get("kernel_shape") or (sw[2:] if sw is not None else ()))
     group = int(attrs.get("group") or 1)
-    return (sw is not None and len(sw) == 4 and sw[1] == 1 and sw[0] == group and group > 1 and kernel == (3, 3)
+    square = len(kernel) == 2 and kernel[0] == kernel[1] and kernel[0] in DEPTHWISE_KERNELS
+    if (sw is not None and len(sw) == 4 and sw[1] == 1 and sw[0] == group and group > 1 and square
             and dtype == np.float32 and list(attrs.get("dilations") or [1, 1]) == [1, 1]
-            and str(attrs.get("auto_pad") or "NOTSET") == "NOTSET")
+            and str(attrs.get("auto_pad") or "NOTSET") == "NOTSET"):
+        return int(kernel[0])
+    return None
 
 
 def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out: Arg, bounds: tuple[float, float],
-                       otherwise: Lowering, planes: tuple[tuple[int, int], tuple[int, int]] | None = None
-                       ) -> Lowering:
-    """A 3x3 depthwise conv (``depthwise3x3`` holds for its shapes) as one ``md_depthwise``
-    call writing ``out`` with its bounds (Relu, Clip) applied; ``otherwise`` for other shapes.
-    ``planes``: the input's and output's (height, width) where known before binding
-    (:func:`static_planes`): planes read in place need only a variant of the routine."""
+                       otherwise: Lowering, planes: tuple[tuple[int, int], tuple[int, int]] | None = None,
+                       k: int = 3) -> Lowering:
+    """A ``k x k`` depthwise conv (:func:`depthwise_window` is ``k`` for its shapes) as one
+    ``md_depthwise`` (``md_depthwise{k}``) call writing ``out`` with its bounds (Relu, Clip)
+    applied; ``otherwise`` for other shapes. ``planes``: the input's and output's (height,
+    width) where known before binding (:func:`static_planes`): planes read in place need only a
+    variant of the routine."""
     zeros: list[np.ndarray] = []
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
     strides = tuple(attrs.get("strides") or (1, 1))
-    routine = "md_depthwise" if planes is None else \
-        in_place_routine("md_depthwise", *planes, (pads[0], pads[1]), (int(strides[0]), int(strides[1])))
+    routine = depthwise_routine(k)
+    if planes is not None and routine == "md_depthwise":
+        routine = in_place_routine(routine, *planes, (pads[0], pads[1]), (int(strides[0]), int(strides[1])))
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
         sx, sw = inputs[0], inputs[1]
-        if sx is None or len(sx) != 4 or not depthwise3x3(attrs, sw, np.dtype(np.float32)) or sx[1] != sw[0]:
+        side = depthwise_window(attrs, sw, np.dtype(np.float32))
+        if sx is None or len(sx) != 4 or side != k or sx[1] != sw[0]:
             return otherwise(inputs, outputs, symbols)
         n, c, h, wd = sx
         out_hw = tuple(outputs[0][2:])
-        if not routine_fits(routine, (h, wd), out_hw, strides, (pads[0], pads[1])):
+        if not routine_fits(routine, (h, wd), out_hw, strides, (pads[0], pads[1]), side):
             return otherwise(inputs, outputs, symbols)
         if not zeros:
             zeros.append(np.zeros(c, np.float32))
@@ -534,12 +552,12 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
 
         call = Call(native_function(routine), (x, w, b, out),
                     depthwise_dims(n, c, (h, wd), out_hw, strides, (pads[0], pads[1]), **base),
-                    "depthwise 3x3" + (" + bounds" if bounds != (-math.inf, math.inf) else ""), tasks)
+                    f"depthwise {side}x{side}" + (" + bounds" if bounds != (-math.inf, math.inf) else ""), tasks)
         return NativeStep((call,), (), tuple(zeros))
 
     return needing(lower, *needs(otherwise), routine)
 
 
 __all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
-           "depthwise3x3", "depthwise_lowering", "epilogue_form", "in_place_routine", "pointwise",
+           "depthwise_lowering", "depthwise_window", "epilogue_form", "in_place_routine", "pointwise",
            "pointwise_lowering", "routine_fits", "static_planes"]

@@ -1,4 +1,4 @@
-"""A 3x3 depthwise conv from Python through the routine its native step calls.
+"""A depthwise conv (3x3, 5x5, 7x7) from Python through the routine its native step calls.
 
 A depthwise conv whose planes are known before binding runs in programs as ``md_depthwise`` (or
 its in-place variant, :func:`.conv1x1.depthwise_lowering`). Its step-by-step kernel (the path of
@@ -22,26 +22,29 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86.contractions import ContractionFn
-from metadef.backends.x86.conv1x1 import depthwise3x3, in_place_routine, routine_fits
+from metadef.backends.x86.conv1x1 import depthwise_window, in_place_routine, routine_fits
 from metadef.backends.x86.native import timed_call
 from metadef.codegen.native import native_function
-from metadef.codegen.native_depthwise import depthwise_dims
+from metadef.codegen.native_depthwise import depthwise_dims, depthwise_routine
 
 
 def depthwise_function(attrs: Mapping[str, Any], w_shape: tuple[int, ...],
                        planes: tuple[tuple[int, int], tuple[int, int]] | None,
                        fallback: ContractionFn | None) -> ContractionFn | None:
     """``conv(x, w, b)`` through the routine :func:`.conv1x1.depthwise_lowering` calls for a
-    3x3 depthwise conv whose input and output planes are ``planes`` (None where it would not
-    take this conv: not 3x3 depthwise, planes not known before binding, or not for the
+    k x k depthwise conv whose input and output planes are ``planes`` (None where it would not
+    take this conv: not a 3x3, 5x5 or 7x7 depthwise conv, planes not known before binding, or not for the
     routine); inputs of other shapes or dtypes go to ``fallback``."""
-    if planes is None or not depthwise3x3(attrs, w_shape, np.dtype(np.float32)):
+    k = depthwise_window(attrs, w_shape, np.dtype(np.float32))
+    if planes is None or k is None:
         return None
     pads = [int(p) for p in attrs.get("pads") or [0, 0, 0, 0]]
     strides = tuple(int(s) for s in attrs.get("strides") or (1, 1))
     (hw, out_hw), begin = planes, (pads[0], pads[1])
-    routine = in_place_routine("md_depthwise", hw, out_hw, begin, strides)  # (as the lowering picks it)
-    if not routine_fits(routine, hw, out_hw, strides, begin):
+    routine = depthwise_routine(k)
+    if k == 3:
+        routine = in_place_routine(routine, hw, out_hw, begin, strides)  # (as the lowering picks it)
+    if not routine_fits(routine, hw, out_hw, strides, begin, k):
         return None
     channels = w_shape[0]
     zeros = np.zeros(channels, np.float32)

@@ -34,7 +34,7 @@ from metadef.backends.x86 import attention, conv1x1, conv_transpose, gemm, movem
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
-from metadef.backends.x86.depthwise import depthwise_function
+from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import maxpool_lowering
@@ -136,7 +136,7 @@ def _conv(attrs: Mapping[str, Any], anchor: Node) -> tuple[blas.ContractionFn, s
     own = depthwise_function(attrs, w_shape, conv1x1.static_planes(anchor), blas.conv_kernel(attrs)) \
         if x.dtype == FLOAT32 else None
     if own is not None:  # (the routine its native step calls: no generated kernel to compile for it)
-        return own, "depthwise 3x3: md_depthwise (our kernel)"
+        return own, f"depthwise {w_shape[2]}x{w_shape[3]}: {depthwise_routine(w_shape[2])} (our kernel)"
     generated = False
     if w_shape[1] == 1 and int(attrs.get("group") or 1) > 1 and w_shape[0] == x_shape[1] \
             and CODEGEN_MISSING is None and x.dtype == FLOAT32:
@@ -281,22 +281,23 @@ def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequenc
     bias = sources[2] if len(sources) > 2 else NULL
     general = conv_lowering(attrs, sources, out, _dtype_of(node), None if CODEGEN_MISSING is not None else compile_node,
                             weight, weight_product(attrs, weight, consts, bias, _dtype_of(node)))
-    if _depthwise3x3(node, consts):
+    side = _depthwise_window(node, consts)
+    if side is not None:
         return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general,
-                                          conv1x1.static_planes(node))
+                                          conv1x1.static_planes(node), side)
     if weight is None or not conv1x1.pointwise(attrs, weight, _dtype_of(node)):
         return general
     return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general,
                                       consts[2] if len(consts) > 2 else None)
 
 
-def _depthwise3x3(node: Node, consts: Sequence[np.ndarray | None]) -> bool:
+def _depthwise_window(node: Node, consts: Sequence[np.ndarray | None]) -> int | None:
     if not conv1x1.DEPTHWISE:
-        return False
+        return None
     w = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] is not None else None
     shape = tuple(consts[1].shape) if len(consts) > 1 and consts[1] is not None else \
         tuple(w.shape) if w is not None and w.shape is not None and all(isinstance(d, int) for d in w.shape) else None
-    return conv1x1.depthwise3x3(attrs_of(node), shape, _dtype_of(node))
+    return conv1x1.depthwise_window(attrs_of(node), shape, _dtype_of(node))
 
 
 def _native_attention(node: Node, sources: Sequence[Arg], out: Arg,
@@ -428,9 +429,10 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
     value, lo, hi = form
     bias = sources[2] if len(sources) > 2 else NULL
     out = Arg("out", split.epilogue_positions[0])
-    if value is None and _depthwise3x3(anchor, consts):
+    side = _depthwise_window(anchor, consts) if value is None else None
+    if side is not None:
         return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise,
-                                          conv1x1.static_planes(anchor))
+                                          conv1x1.static_planes(anchor), side)
     weight, residual = consts[1] if len(consts) > 1 else None, None
     if value is not None:
         at = next((i for i, v in enumerate(body.inputs) if v is value), None)

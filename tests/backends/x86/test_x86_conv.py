@@ -40,6 +40,8 @@ CASES = {
     "dw_s2_asym": ("f32[n,8,12,12]", (8, 1, 3, 3), {"group": 8, "pads": [0, 0, 1, 1], "strides": [2, 2]}),
     "dw_dilated": ("f32[n,8,15,15]", (8, 1, 3, 3), {"group": 8, "pads": [2, 2, 2, 2], "dilations": [2, 2]}),
     "dw_5x5_same": ("f32[n,8,10,10]", (8, 1, 5, 5), {"group": 8, "auto_pad": "SAME_UPPER"}),
+    "dw_5x5_s2": ("f32[n,8,20,18]", (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    "dw_7x7": ("f32[n,4,14,14]", (4, 1, 7, 7), {"group": 4, "pads": [3, 3, 3, 3]}),
     "dw_nopad": ("f32[n,4,9,9]", (4, 1, 3, 3), {"group": 4}),
     "dw_large": ("f32[n,4,96,96]", (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "dw_multiplier": ("f32[n,4,9,9]", (8, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
@@ -95,16 +97,20 @@ def test_low_precision_convs_sum_in_float32_and_round_once(case: str, dtype: str
 def test_depthwise_runs_our_kernel_or_generated_and_multiplier_does_not() -> None:
     plan = X86Backend().compile(_graph(*CASES["dw_s2_pad1"], True)).plan[0]
     assert plan.reason == "depthwise 3x3: md_depthwise (our kernel)"
+    # (auto_pad, not optimized: simplify's explicit_pads would give it md_depthwise5)
     plan = X86Backend().compile(_graph(*CASES["dw_5x5_same"], True)).plan[0]
     assert plan.reason == "depthwise: padded input + generated window-sum kernel"
+    plan = X86Backend().compile(_graph(*CASES["dw_7x7"], True)).plan[0]
+    assert plan.reason == "depthwise 7x7: md_depthwise7 (our kernel)"
     plan = X86Backend().compile(_graph(*CASES["dw_multiplier"], True)).plan[0]
     assert plan.reason.startswith("depthwise im2col")
 
 
 @pytest.mark.skipif(CODEGEN_MISSING is not None, reason="needs metadef.codegen (llvmlite)")
-@pytest.mark.parametrize("case", ["dw_s1_pad1", "dw_s2_pad1", "dw_s2_asym", "dw_nopad", "dw_large"])
+@pytest.mark.parametrize("case", ["dw_s1_pad1", "dw_s2_pad1", "dw_s2_asym", "dw_nopad", "dw_large", "dw_5x5_s2",
+                                  "dw_7x7"])
 def test_depthwise_step_by_step_runs_the_programs_routine(case: str) -> None:
-    """A 3x3 depthwise conv (with its Relu6) whose planes are known runs step by step (graphs
+    """A 3x3 (5x5, 7x7) depthwise conv (with its Relu6) whose planes are known runs step by step (graphs
     whose shapes depend on values) through the routine its program calls, and compiles no
     kernel of its own for that path."""
     from metadef.codegen import compile_count

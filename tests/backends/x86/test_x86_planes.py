@@ -1,6 +1,7 @@
 """Kernels over planes, against the reference backend: the 3x3 depthwise conv ``md_depthwise``
 and the 3x3 max pool ``md_maxpool3x3`` (strides, padding, NaN), their variants that read planes
-in place (only inside their input: guard pages), and which of those routines a node needs."""
+in place (only inside their input: guard pages), which of those routines a node needs, and the
+5x5 / 7x7 depthwise convs ``md_depthwise5`` / ``md_depthwise7`` (rows computed in groups)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 import metadef as md
 from metadef.backends.x86.native import needs as native_needs
-from metadef.codegen.native_depthwise import depthwise_dims, in_place
+from metadef.codegen.native_depthwise import ROW_GROUP, depthwise_dims, depthwise_routine, in_place
 from metadef.ir import GraphBuilder
 from metadef.shape import parse_type
 from tests.backends.x86.test_x86_own_kernels import _call, _guarded
@@ -24,7 +25,7 @@ def _conv_ort(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: list[int], p
     g = GraphBuilder("dw")
     xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
     y, = g.node("Conv", [xi, g.const("w", w), g.const("b", b)],
-                {"group": x.shape[1], "strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+                {"group": x.shape[1], "strides": strides, "pads": pads, "kernel_shape": list(w.shape[2:])})
     g.output(y)
     return md.compile(g.build(), target="reference").run({"x": x})[y.name]
 
@@ -154,6 +155,86 @@ def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
         finally:
             release()
+
+
+@pytest.mark.parametrize("k", [5, 7])
+@pytest.mark.parametrize(("n", "c", "h", "w", "strides", "pads"), [
+    # 'same' padding at stride 1 and 2 (EfficientNet, MobileNetV3, ConvNeXt): rows in groups of
+    # ROW_GROUP, two vectors a step (an odd count of vectors a row: the last pair overlaps; 8-15
+    # outputs: the pair overlaps), the last group of rows overlapping the one before
+    (2, 3, 14, 14, [1, 1], "same"), (1, 4, 28, 28, [1, 1], "same"), (1, 2, 23, 41, [1, 1], "same"),
+    (1, 3, 9, 8, [1, 1], "same"), (2, 3, 56, 56, [2, 2], "same"), (1, 2, 17, 35, [2, 2], "same"),
+    # fewer rows than a group, rows shorter than a vector, uneven strides, stride 3: a row at a time
+    (1, 3, 3, 30, [1, 1], "same"), (1, 3, 20, 5, [1, 1], "same"), (1, 2, 20, 21, [2, 1], "same"),
+    (1, 2, 19, 19, [3, 3], "same"), (1, 2, 1, 1, [1, 1], "same"),
+    # no padding, padding on one side only
+    (1, 3, 16, 24, [1, 1], [0, 0, 0, 0]), (1, 3, 16, 24, [2, 2], [0, 3, 1, 0]),
+])
+def test_wide_depthwise_matches_reference(k: int, n: int, c: int, h: int, w: int, strides: list[int],
+                                          pads: list[int] | str) -> None:
+    pads = [k // 2] * 4 if pads == "same" else pads
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    x[0, c - 1, h // 2, w - 1] = np.nan  # (a NaN at a row's end reaches the outputs whose window holds it)
+    wt = RNG.standard_normal((c, 1, k, k), dtype=np.float32)
+    b = RNG.standard_normal(c, dtype=np.float32)
+    want = np.clip(_conv_ort(x, wt, b, strides, pads), -2.0, 2.0)
+    y = np.full(want.shape, -7.0, np.float32)
+    for t in range(2):
+        _call(depthwise_routine(k), [x, wt, b, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                                  (pads[0], pads[1]), lo=-2.0, hi=2.0, task=t,
+                                                                  tasks=2))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert ROW_GROUP[k] > 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wide_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    k = (5, 7)[seed % 2]
+    c, h, w = int(rng.integers(1, 4)), int(rng.integers(1, 30)), int(rng.integers(1, 40))
+    strides = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+    pads = [int(v) for v in rng.integers(0, k, 4)]
+    if h + pads[0] + pads[2] < k or w + pads[1] + pads[3] < k:
+        pads = [k // 2 + 1] * 4
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    for at_end in (False, True):
+        x, release = _guarded((1, c, h, w), at_end)
+        try:
+            x[...] = rng.standard_normal(x.shape)
+            want = _conv_ort(np.array(x), wt, b, strides, pads)
+            y = np.full(want.shape, np.nan, np.float32)
+            _call(depthwise_routine(k), [x, wt, b, y], depthwise_dims(1, c, (h, w), want.shape[2:], tuple(strides),
+                                                                      (pads[0], pads[1])))
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        finally:
+            release()
+
+
+def test_wide_depthwise_convs_run_their_routines_with_their_activations() -> None:
+    """EfficientNet's 5x5 depthwise conv + Relu6 and ConvNeXt's 7x7 one run as one routine call
+    each, bounds applied in it, at any batch; a dilated 5x5 keeps the generated kernel."""
+    g = GraphBuilder("wide")
+    x = g.input("x", parse_type("f32[n,6,20,20]"))
+    lo, hi = g.const("lo", np.array(0.0, np.float32)), g.const("hi", np.array(6.0, np.float32))
+    y = x
+    for k, attrs in ((5, {"strides": [2, 2]}), (7, {}), (5, {"dilations": [2, 2], "pads": [4] * 4})):
+        w = g.const(f"w{k}{len(attrs)}", RNG.standard_normal((6, 1, k, k), dtype=np.float32) * 0.2)
+        bias = g.const(f"b{k}{len(attrs)}", RNG.standard_normal(6, dtype=np.float32))
+        y, = g.node("Conv", [y, w, bias], {"group": 6, "kernel_shape": [k, k], "pads": [k // 2] * 4, **attrs})
+        if k == 5:
+            y, = g.node("Clip", [y, lo, hi])
+    g.output(y)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 6, 20, 20), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    assert kinds["depthwise 5x5 + bounds"] == 1 and kinds["depthwise 7x7"] == 1
+    assert "depthwise 5x5" not in kinds
 
 
 def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
