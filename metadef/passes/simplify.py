@@ -4,7 +4,7 @@ Every rule is a cleanup (``fuses=False``), named in the log and for ``--disable-
 ``remove_identity``, ``remove_dropout``, ``remove_noop_cast``, ``remove_noop_reshape``,
 ``remove_noop_expand``, ``fold_reshape_pair``, ``remove_noop_transpose``, ``fold_transpose_pair``,
 ``remove_add_zero``, ``remove_mul_one``, ``remove_noop_pad``, ``remove_noop_slice``,
-``remove_single_concat``. They remove an Identity, an inference-mode Dropout, a
+``remove_single_concat``, ``castlike_to_cast``, ``explicit_pads``. They remove an Identity, an inference-mode Dropout, a
 Cast to the dtype it already has, a Reshape / Flatten / Squeeze / Unsqueeze / Expand / Slice /
 Pad / Concat / Transpose whose output is its input, ``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``
 where broadcasting changes neither shape nor dtype; a Reshape of a reshape keeps only the last,
@@ -40,12 +40,16 @@ import numpy as np
 
 from metadef.core.errors import MetadefError
 from metadef.ir import Graph, Node, Value
+from metadef.ops.defs.nn_pool import window
 from metadef.passes.base import PassContext
 from metadef.rewrite import GraphEditor, Match, Refusal, Rule, const, op, rewrite, var
 from metadef.rewrite.engine import Built
 
 RESHAPE_LIKE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 """Ops that keep the elements in row-major order and only change the shape."""
+WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
+"""Ops whose ``auto_pad`` :func:`.nn_pool.window` resolves to pads (not ConvTranspose: its pads
+crop an output)."""
 
 
 # --- helpers shared with optimize_layout ------------------------------------------------
@@ -230,6 +234,26 @@ def _castlike_to_cast(m: Match, ed: GraphEditor) -> Built:
     return rebuild(ed, root, "Cast", [root.inputs[0]], attrs)
 
 
+def _explicit_pads(m: Match, ed: GraphEditor) -> Built:
+    root = m.node("root")
+    auto_pad = root.attrs.get("auto_pad") or "NOTSET"
+    x = root.inputs[0] if root.inputs else None
+    if auto_pad == "NOTSET" or x is None or x.type is None or x.type.shape is None or len(root.outputs) != 1:
+        return None
+    spatial = x.type.shape[2:]
+    kernel = root.attrs.get("kernel_shape")
+    if kernel is None and len(root.inputs) > 1 and root.inputs[1] is not None and root.inputs[1].type is not None \
+            and root.inputs[1].type.shape is not None:
+        kernel = root.inputs[1].type.shape[2:]
+    if kernel is None or not all(isinstance(d, int) for d in (*spatial, *kernel)):
+        return Refusal(f"auto_pad={auto_pad} over spatial dims [{', '.join(map(str, spatial))}] (kernel "
+                       f"[{', '.join(map(str, kernel))}]): the pads depend on dims not known here")
+    win = window(root.attrs, spatial, kernel)
+    attrs = {k: v for k, v in root.attrs.items() if k != "auto_pad"}
+    attrs["pads"] = [int(p) for p in (*win.begin, *win.end)]
+    return rebuild(ed, root, root.op, list(root.inputs), attrs)
+
+
 def _forward_x(m: Match, ed: GraphEditor) -> Built:
     return _forward(ed, m.node("root"), m.value("x"))
 
@@ -255,6 +279,9 @@ simplify_rules: list[Rule] = [
          doc="Cast(x) to the dtype x has -> x"),
     Rule("castlike_to_cast", op("CastLike", name="root"), _castlike_to_cast, fuses=False,
          doc="CastLike(x, like) -> Cast(x) to like's dtype (known here: a Cast fuses and generates code)"),
+    *_each("explicit_pads", WINDOW_OPS, _explicit_pads,
+           "auto_pad SAME_UPPER / SAME_LOWER / VALID over known spatial dims -> the pads it means (the "
+           "kernels of explicit pads, a 5x5 depthwise conv's routine, take it then)"),
     *[Rule("fold_reshape_pair", op("Reshape", op(inner, name="inner"), const("shape"), name="root"),
            _fold_reshape_pair, fuses=False, doc=f"Reshape({inner}(x), s) -> Reshape(x, s)")
       for inner in RESHAPE_LIKE],

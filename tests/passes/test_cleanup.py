@@ -130,6 +130,30 @@ def test_castlike_becomes_the_cast_it_is():
     check_exact(before, text, {**X, "like": np.zeros(1, np.float16)})
 
 
+def test_auto_pad_becomes_the_pads_it_means():
+    """SAME_UPPER puts the odd pad after, SAME_LOWER before, VALID none; a Conv's kernel comes
+    from its weights' type; dims not known (a symbolic width) leave auto_pad with the reason."""
+    before = """graph g(%x: f32[n,4,9,8], %w: f32[4,1,4,4], %z: f32[n,4,7,w]) -> (%y, %p, %v, %q) {
+  %y: f32[n,4,5,4] = Conv(%x, %w) {group=4, strides=[2, 2], auto_pad="SAME_UPPER"} @conv
+  %p: f32[n,4,9,8] = MaxPool(%x) {kernel_shape=[2, 3], auto_pad="SAME_LOWER"} @pool
+  %v: f32[n,4,7,6] = AveragePool(%x) {kernel_shape=[3, 3], auto_pad="VALID"} @avg
+  %q: f32[n,4,7,w] = MaxPool(%z) {kernel_shape=[3, 3], auto_pad="SAME_UPPER"} @sym
+  return %y, %p, %v, %q
+}
+"""
+    text, log = apply(simplify, before)
+    assert 'Conv(%x, %w) {group=4, strides=[2,2], pads=[1,1,2,1]} @conv' in text
+    assert 'MaxPool(%x) {kernel_shape=[2,3], pads=[1,1,0,1]} @pool' in text
+    assert 'AveragePool(%x) {kernel_shape=[3,3], pads=[0,0,0,0]} @avg' in text
+    assert 'auto_pad="SAME_UPPER"} @sym' in text
+    assert log[:3] == ["taken explicit_pads at conv", "taken explicit_pads at pool", "taken explicit_pads at avg"]
+    assert log[3].startswith("refused explicit_pads at sym: auto_pad=SAME_UPPER over spatial dims [7, w]")
+    rng = np.random.default_rng(1)
+    check_exact(before, text, {"x": rng.standard_normal((2, 4, 9, 8)).astype(np.float32),
+                               "w": rng.standard_normal((4, 1, 4, 4)).astype(np.float32),
+                               "z": rng.standard_normal((2, 4, 7, 5)).astype(np.float32)})
+
+
 def test_remove_noop_reshape_flatten_squeeze_unsqueeze_expand():
     before = """graph g(%x: f32[n,4]) -> (%y) {
   %s: i64[2] = const [0, 4]
