@@ -38,6 +38,7 @@ from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import maxpool_lowering
+from metadef.backends.x86.recurrent import recurrent_node
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
 from metadef.backends.x86.topk import topk_node
@@ -473,6 +474,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "CastLike": (castlike_node,),
     **{op: (softmax_node, generated_node) for op in ("Softmax", "LogSoftmax")},
     "TopK": (topk_node,),
+    **{op: (recurrent_node,) for op in ("RNN", "GRU", "LSTM")},
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),
     "Slice": (movement.slice_node,),
