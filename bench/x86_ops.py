@@ -6,7 +6,8 @@ embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsamplin
 Then generated and routine kernels on common shapes: transcendental activations, the softmax
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
 transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
-a reflect Pad, DepthToSpace and SpaceToDepth, a 1-D ConvTranspose, TopK.
+a reflect Pad, DepthToSpace and SpaceToDepth, a 1-D ConvTranspose, TopK, depthwise convs of
+3x3 to 7x7 (MobileNet, EfficientNet, ConvNeXt), LSTM and GRU layers.
 metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
 metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
@@ -100,7 +101,31 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
         "ConvTranspose 1-D 64->32, k4 s2, [8,64,500]": _one("ConvTranspose", (8, 64, 500), {
             "w": (RNG.standard_normal((64, 32, 4)) * 0.05).astype(np.float32)}, strides=[2], pads=[1, 1]),
         "TopK 5 of [64,1000]": _topk(),
+        **{f"Conv depthwise {k}x{k} s{st} [8,{c},{hw},{hw}] ({who})": _depthwise(k, st, c, hw)
+           for k, st, c, hw, who in (
+            (3, 1, 144, 56, "MobileNetV2"), (5, 1, 240, 28, "EfficientNet"), (5, 2, 144, 56, "EfficientNet"),
+            (5, 1, 672, 14, "MobileNetV3"), (7, 1, 96, 56, "ConvNeXt"), (7, 1, 384, 14, "ConvNeXt"))},
+        "LSTM 32 steps, [8,256] -> 256": _recurrent("LSTM", 32, 8, 256, 256),
+        "LSTM 100 steps, [1,64] -> 128": _recurrent("LSTM", 100, 1, 64, 128),
+        "GRU 32 steps, [8,256] -> 256 (PyTorch's)": _recurrent("GRU", 32, 8, 256, 256, linear_before_reset=1),
+        "GRU 32 steps, [8,256] -> 256 (ONNX's default)": _recurrent("GRU", 32, 8, 256, 256),
     }
+
+
+def _recurrent(op: str, steps: int, batch: int, inputs: int, hidden: int,
+               **attrs: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A one-direction recurrent layer over ``x [seq, batch, inputs]`` (seq dynamic)."""
+    gates = {"GRU": 3, "LSTM": 4}[op] * hidden
+    return _one(op, (steps, batch, inputs), {"w": (RNG.standard_normal((1, gates, inputs)) * 0.05).astype(np.float32),
+                                             "r": (RNG.standard_normal((1, gates, hidden)) * 0.05).astype(np.float32)},
+                hidden_size=hidden, **attrs)
+
+
+def _depthwise(k: int, stride: int, c: int, hw: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A depthwise ``k x k`` conv with bias, 'same' padding."""
+    return _one("Conv", (8, c, hw, hw), {"w": (RNG.standard_normal((c, 1, k, k)) * 0.1).astype(np.float32),
+                                         "b": RNG.standard_normal(c).astype(np.float32)},
+                group=c, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2)
 
 
 def _topk() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
