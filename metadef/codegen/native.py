@@ -34,7 +34,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   (:mod:`.native_recurrent`).
 - ``md_depthwise``: a 3x3 depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum;
-  ``md_depthwise5`` / ``md_depthwise7`` its padded walk for 5x5 and 7x7 windows.
+  ``md_depthwise5`` / ``md_depthwise7`` its padded walk for 5x5 and 7x7 windows, ``md_maxpool5x5`` /
+  ``md_maxpool7x7`` the same taking maxima.
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
@@ -82,7 +83,13 @@ from metadef.codegen.native_conv import (
     _im2col_task,
     _pad2d,
 )
-from metadef.codegen.native_depthwise import DEPTHWISE_DIMS, DEPTHWISE_KERNELS, _depthwise, depthwise_routine
+from metadef.codegen.native_depthwise import (
+    DEPTHWISE_DIMS,
+    DEPTHWISE_KERNELS,
+    _depthwise,
+    depthwise_routine,
+    maxpool_routine,
+)
 from metadef.codegen.native_direct import _conv_direct
 from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
 from metadef.codegen.native_ir import (
@@ -345,8 +352,9 @@ def _sgemm(module: ir.Module) -> None:
 INPLACE_VARIANTS = tuple(f"{name}_inplace{s}" for name in ("md_depthwise", "md_maxpool3x3") for s in (1, 2))
 """``md_depthwise`` and ``md_maxpool3x3`` for planes read in place at stride 1 or 2 only
 (:func:`.native_depthwise.in_place`): a model whose planes all are needs none of the rest."""
-WIDE_DEPTHWISE = tuple(depthwise_routine(k) for k in DEPTHWISE_KERNELS if k != 3)
-"""``md_depthwise5``, ``md_depthwise7``: the padded walk of ``md_depthwise`` with larger windows."""
+WIDE_DEPTHWISE = tuple(name(k) for k in DEPTHWISE_KERNELS if k != 3 for name in (depthwise_routine, maxpool_routine))
+"""``md_depthwise5``, ``md_depthwise7``, ``md_maxpool5x5``, ``md_maxpool7x7``: the padded walk of
+``md_depthwise`` and ``md_maxpool3x3`` with larger windows."""
 
 ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_program": _program,
@@ -380,6 +388,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     **{f"md_depthwise_inplace{s}": functools.partial(_depthwise, only_in_place=s) for s in (1, 2)},
     **{f"md_maxpool3x3_inplace{s}": functools.partial(_depthwise, pool=True, only_in_place=s) for s in (1, 2)},
     **{depthwise_routine(k): functools.partial(_depthwise, k=k) for k in DEPTHWISE_KERNELS if k != 3},
+    **{maxpool_routine(k): functools.partial(_depthwise, pool=True, k=k) for k in DEPTHWISE_KERNELS if k != 3},
     "md_run_tasks": _pool_module,
 }
 

@@ -98,15 +98,22 @@ copies the next plane while it computes this one (see ``_depthwise``)."""
 
 
 
-def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int = 3) -> ir.Function:
+def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int = 3, exact: bool = True
+              ) -> ir.Function:
     """``plane(y, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half)``: every output row of one
     plane from the padded plane (lines ``span`` floats apart), the ``k x k`` taps loaded once and
     unrolled. Strides 1 and 2 take 8 outputs a step in vectors, a row's last few in one masked
     step; for stride 2 the lines are deinterleaved (even columns, then the odd ones from
     ``half`` on), so every tap is one contiguous load. Other strides go one output at a time.
-    ``pool``: the maximum of the taps' inputs and ``beta`` instead (``w`` unread)."""
-    fn, b = _internal(module, f"md_{'mp' if pool else 'dw'}{'' if k == 3 else k}_plane{stride or 'n'}",
-                      [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
+    ``pool``: the maximum of the taps' inputs and ``beta`` instead (``w`` unread); ``exact``
+    False: by ``vmaxps`` (for planes without NaN), not ``llvm.maximum`` (five instructions)."""
+    name = f"md_{'mp' if pool else 'dw'}{'' if k == 3 else k}_plane{stride or 'n'}{'' if exact else '_fast'}"
+    fn, b = _internal(module, name, [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
+
+    def larger(x: ir.Value, y: ir.Value) -> ir.Value:
+        if exact:
+            return b.call(_maximum(module, x.type), [x, y])
+        return b.select(b.fcmp_ordered(">", x, y), x, y)  # (one vmaxps)
     y_plane, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half = fn.args
     taps = [] if pool else [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(k * k)]
     step = I64(stride) if stride else sw
@@ -118,7 +125,7 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
         for r in range(k):
             for s in range(k):
                 v = b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32)
-                acc = b.call(_maximum(module, F32), [acc, v]) if pool else \
+                acc = larger(acc, v) if pool else \
                     b.fadd(acc, b.fmul(taps[k * r + s], v, flags=["contract"]), flags=["contract"])
         b.store(_bounded(b, acc, lo, hi), _elem(b, row["y"], o))
 
@@ -154,7 +161,7 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
                 if stride == 2:  # the line is deinterleaved: column 2o + s is E[o + s // 2] or O[o + s // 2]
                     at = _elem(b, row["lines"][r], b.add(b.add(o, half) if s % 2 else o, I64(s // 2)))
                 v = b.load(at, typ=V8, align=4)
-                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [wide[k * r + s], v, acc])
+                acc = larger(acc, v) if pool else b.call(fma, [wide[k * r + s], v, acc])
         result = _bounded(b, acc, low, high)
         if not masked:
             b.store(result, _elem(b, row["y"], o), align=4)
@@ -207,20 +214,25 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
                 # once for every row it feeds, each tap for every vector, one accumulator each
                 # (a 7x7 window's 49 taps on one accumulator waited on the FMA's latency: 1.5-1.9x
                 # ONNX Runtime's time)
+                # (a pool is separable: each line's maximum over the window's width first, then
+                # each output row's over its lines: 2 (k - 1) maxima an output, not k * k)
                 accs = [[start] * group for _ in starts]
                 for line in range((group - 1) * stride + k):
                     first = _elem(b, padded, b.mul(b.add(b.mul(oy0, I64(stride)), I64(line)), span))
-                    for s in range(k):
-                        uses = [(i, line - i * stride) for i in range(group) if 0 <= line - i * stride < k]
-                        if not uses:
-                            continue
-                        for col, o in enumerate(starts):
+                    uses = [(i, line - i * stride) for i in range(group) if 0 <= line - i * stride < k]
+                    for col, o in enumerate(starts):
+                        across = None
+                        for s in range(k):
                             at = b.add(b.add(o, half) if s % 2 else o, I64(s // 2)) if stride == 2 else \
                                 b.add(o, I64(s))
                             v = b.load(_elem(b, first, at), typ=V8, align=4)
+                            if pool:
+                                across = v if across is None else larger(across, v)
+                                continue
                             for i, r in uses:
-                                accs[col][i] = b.call(_maximum(module, V8), [accs[col][i], v]) if pool else \
-                                    b.call(fma, [wide[k * r + s], v, accs[col][i]])
+                                accs[col][i] = b.call(fma, [wide[k * r + s], v, accs[col][i]])
+                        for i, _ in uses if pool else ():
+                            accs[col][i] = larger(accs[col][i], across)
                 for o, column in zip(starts, accs):
                     for i, acc in enumerate(column):
                         out = _elem(b, y_plane, b.add(b.mul(b.add(oy0, I64(i)), ow), o))
@@ -357,9 +369,11 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
     are not read (null). ``only_in_place``: a stride, for the variant ``..._inplace{stride}``
     that computes planes :func:`in_place` holds for at that stride, and nothing else. ``k``:
     the window's side, for :func:`depthwise_routine`'s larger ones (the padded walk only)."""
-    name = depthwise_routine(k) if not pool else "md_maxpool3x3"
+    name = maxpool_routine(k) if pool else depthwise_routine(k)
     name += f"_inplace{only_in_place}" if only_in_place else ""
     rows = {} if only_in_place else {s: _interior(module, s, pool, k) for s in (1, 2, None)}
+    # a wide pool's planes without NaN (all, nearly always) take maxima by vmaxps
+    fast = {s: _interior(module, s, pool, k, exact=False) for s in (1, 2, None)} if pool and k != 3 else None
     b, args, dims = _define(module, name)
     x, w, bias, y = (_arg(b, args, i, PTR) for i in range(4))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(DEPTHWISE_DIMS)}
@@ -481,7 +495,15 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
         yp = _elem(b, y, b.mul(p, b.mul(d["oh"], d["ow"])))
         wc = _elem(b, w, b.mul(channel, I64(k * k)))
         beta = F32(-math.inf) if pool else b.load(_elem(b, bias, channel), typ=F32)
-        _by_stride(b, sw, rows, [yp, source, span, wc, beta, lo, hi, d["oh"], d["ow"], sh, sw, half])
+        call = [yp, source, span, wc, beta, lo, hi, d["oh"], d["ow"], sh, sw, half]
+        if fast is None:
+            _by_stride(b, sw, rows, call)
+            return
+        with b.if_else(_has_nan(b, source, b.mul(span, tall))) as (some, none):
+            with some:
+                _by_stride(b, sw, rows, call)
+            with none:
+                _by_stride(b, sw, fast, call)
 
     def ahead(p: ir.Value) -> None:  # the next plane's copy, then this one's outputs
         _if(b, b.icmp_signed("<", b.add(p, I64(1)), last_plane),
@@ -502,6 +524,20 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
         b.branch(done)
         b.position_at_end(done)
     b.ret_void()
+
+
+def _has_nan(b: ir.IRBuilder, plane: ir.Value, count: ir.Value) -> ir.Value:
+    """Whether the ``count`` floats from ``plane`` (and up to 7 more, readable) hold a NaN."""
+    seen = b.alloca(ir.IntType(1))
+    b.store(ir.IntType(1)(0), seen)
+
+    def eight(k: ir.Value) -> None:
+        v = b.load(_elem(b, plane, b.mul(k, I64(8))), typ=V8, align=4)
+        lanes = b.bitcast(b.fcmp_unordered("uno", v, v), ir.IntType(8))
+        b.store(b.or_(b.load(seen), b.icmp_unsigned("!=", lanes, ir.IntType(8)(0))), seen)
+
+    _loop(b, I64(0), b.sdiv(b.add(count, I64(7)), I64(8)), eight)
+    return b.load(seen)
 
 
 def _even(b: ir.IRBuilder, p: ir.Value, first: ir.Value) -> ir.Value:
@@ -539,4 +575,17 @@ def depthwise_routine(k: int) -> str:
     return "md_depthwise" if k == 3 else f"md_depthwise{k}"
 
 
-__all__ = ["DEPTHWISE_DIMS", "DEPTHWISE_KERNELS", "depthwise_dims", "depthwise_routine", "stack_floats"]
+def maxpool_routine(k: int) -> str:
+    """The routine computing a ``k x k`` max pool (``k`` in :data:`DEPTHWISE_KERNELS`), the
+    depthwise walk taking maxima: ``md_maxpool3x3`` (with its in-place variants),
+    ``md_maxpool5x5`` (YOLO's SPPF), ``md_maxpool7x7``.
+
+    Example:
+        >>> maxpool_routine(5)
+        'md_maxpool5x5'
+    """
+    return f"md_maxpool{k}x{k}"
+
+
+__all__ = ["DEPTHWISE_DIMS", "DEPTHWISE_KERNELS", "depthwise_dims", "depthwise_routine", "maxpool_routine",
+           "stack_floats"]

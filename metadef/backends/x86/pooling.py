@@ -1,12 +1,15 @@
-"""Max pools through ``md_maxpool3x3``: a 3x3 window once, a larger odd window at stride 1 as
-repeated 3x3 windows.
+"""Max pools through ``md_maxpool3x3`` / ``md_maxpool5x5`` / ``md_maxpool7x7``: such a window
+once (any stride and padding), a larger odd window at stride 1 as repeated smaller windows.
 
 ``md_maxpool3x3`` (``md_depthwise``'s walk over padded planes, taking maxima) runs a float32
-2-D MaxPool with a 3x3 window, dilation 1 and no Indices output. A ``k x k`` window at stride 1
-padded by ``(k - 1) / 2`` on every side (YOLO's SPPF: three 5x5 pools in a row; SPP's 5, 9 and
-13) is ``(k - 1) / 2`` such 3x3 pools in a row, exactly: the maximum over a 5x5 window is the
-maximum over the 3x3 windows of the 3x3 maxima, and the padding is -inf for both. The
-generated window kernel ran a 5x5 pool of ``[8, 256, 20, 20]`` at 6.2x ONNX Runtime's time.
+2-D MaxPool with a 3x3 window, dilation 1 and no Indices output; ``md_maxpool5x5`` and
+``md_maxpool7x7`` the 5x5 and 7x7 windows (YOLO's SPPF: three 5x5 pools in a row), four output
+rows at a time, each line's maximum across the window taken once for the rows it feeds. A
+larger odd ``k x k`` window at stride 1 padded by ``(k - 1) / 2`` on every side (SPP's 9 and 13)
+is such pools in a row, exactly: the maximum over a 9x9 window is the maximum over the 5x5
+windows of the 5x5 maxima, and the padding is -inf for all: 9 and 13 as two and three 5x5
+passes, other sizes as ``(k - 1) / 2`` 3x3 passes. The generated window kernel ran a 5x5 pool
+of ``[8, 256, 20, 20]`` at 6.2x ONNX Runtime's time, two 3x3 passes at 1.6-2.1x.
 
 Example:
     >>> chained_passes({"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2, 2, 2, 2]})
@@ -26,7 +29,7 @@ import numpy as np
 from metadef.backends.x86.conv1x1 import in_place_routine, routine_fits, static_planes
 from metadef.backends.x86.native import NULL, PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, needing, needs
 from metadef.codegen.native import native_function
-from metadef.codegen.native_depthwise import depthwise_dims
+from metadef.codegen.native_depthwise import DEPTHWISE_KERNELS, depthwise_dims, maxpool_routine
 from metadef.ir import Node
 from metadef.ops.defs.nn_pool import window
 
@@ -56,21 +59,25 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
     if node.qualop != "MaxPool" or len([v for v in node.outputs if v is not None]) != 1 or out_type is None \
             or out_type.dtype.numpy != np.float32:
         return otherwise
-    passes = chained_passes(attrs)
-    if passes is not None:
-        pool = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
-    elif list(attrs.get("kernel_shape") or []) == [3, 3] and all(d == 1 for d in attrs.get("dilations") or [1, 1]):
-        passes, pool = 1, attrs
+    kernel = list(attrs.get("kernel_shape") or [])
+    chained = chained_passes(attrs)
+    if len(kernel) == 2 and kernel[0] == kernel[1] and kernel[0] in DEPTHWISE_KERNELS \
+            and all(d == 1 for d in attrs.get("dilations") or [1, 1]):
+        passes, pool, k = 1, attrs, int(kernel[0])
+    elif chained is not None:  # (9x9, 13x13: 5x5 passes; 11x11 and larger: 3x3 ones)
+        k = 5 if (kernel[0] - 1) % 4 == 0 else 3
+        passes, pool = (kernel[0] - 1) // (k - 1), {"kernel_shape": [k, k], "strides": [1, 1], "pads": [k // 2] * 4}
     else:
         return otherwise
 
     def geometry(hw: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
-        win = window(pool, tuple(hw), (3, 3))
+        win = window(pool, tuple(hw), (k, k))
         return (int(win.begin[0]), int(win.begin[1])), (int(win.strides[0]), int(win.strides[1]))
 
     planes = static_planes(node)
-    routine = "md_maxpool3x3" if planes is None else in_place_routine(
-        "md_maxpool3x3", planes[0], planes[1] if passes == 1 else planes[0], *geometry(planes[0]))
+    routine = maxpool_routine(k)
+    if planes is not None and k == 3:
+        routine = in_place_routine(routine, planes[0], planes[1] if passes == 1 else planes[0], *geometry(planes[0]))
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
@@ -80,7 +87,7 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
         begin, strides = geometry(sx[2:])
         n, c, h, w = sx
         out_hw = (int(outputs[0][2]), int(outputs[0][3]))
-        if min(begin) < 0 or not routine_fits(routine, (h, w), out_hw, strides, begin) or 0 in (*sx, *out_hw):
+        if min(begin) < 0 or not routine_fits(routine, (h, w), out_hw, strides, begin, k) or 0 in (*sx, *out_hw):
             return otherwise(inputs, outputs, symbols)
         dims = depthwise_dims(n, c, (h, w), out_hw, strides, begin)
 
@@ -91,7 +98,7 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
 
         # pass i reads the input or a scratch plane and writes the next scratch plane or the output
         places = [Arg("in", 0), *(Arg("scratch", i % 2) for i in range(passes - 1)), Arg("out", 0)]
-        calls = tuple(Call(native_function(routine), (source, NULL, NULL, target), dims, "maxpool 3x3", tasks)
+        calls = tuple(Call(native_function(routine), (source, NULL, NULL, target), dims, f"maxpool {k}x{k}", tasks)
                       for source, target in itertools.pairwise(places))
         scratch = (4 * n * c * h * w,) * min(passes - 1, 2)
         return NativeStep(calls, scratch)

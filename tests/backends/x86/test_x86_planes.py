@@ -12,7 +12,7 @@ import pytest
 
 import metadef as md
 from metadef.backends.x86.native import needs as native_needs
-from metadef.codegen.native_depthwise import ROW_GROUP, depthwise_dims, depthwise_routine, in_place
+from metadef.codegen.native_depthwise import ROW_GROUP, depthwise_dims, depthwise_routine, in_place, maxpool_routine
 from metadef.ir import GraphBuilder
 from metadef.shape import parse_type
 from tests.backends.x86.test_x86_own_kernels import _call, _guarded
@@ -62,10 +62,10 @@ def test_depthwise_matches_reference(n: int, c: int, h: int, w: int, strides: li
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
-def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int]) -> np.ndarray:
+def _pool_ort(x: np.ndarray, strides: list[int], pads: list[int], k: int = 3) -> np.ndarray:
     g = GraphBuilder("pool")
     xi = g.input("x", parse_type(f"f32[{','.join(map(str, x.shape))}]"))
-    y, = g.node("MaxPool", [xi], {"strides": strides, "pads": pads, "kernel_shape": [3, 3]})
+    y, = g.node("MaxPool", [xi], {"strides": strides, "pads": pads, "kernel_shape": [k, k]})
     g.output(y)
     return md.compile(g.build(), target="reference").run({"x": x})[y.name]
 
@@ -170,7 +170,7 @@ def test_depthwise_reads_only_its_input_on_random_shapes(seed: int) -> None:
     # no padding, padding on one side only
     (1, 3, 16, 24, [1, 1], [0, 0, 0, 0]), (1, 3, 16, 24, [2, 2], [0, 3, 1, 0]),
 ])
-def test_wide_depthwise_matches_reference(k: int, n: int, c: int, h: int, w: int, strides: list[int],
+def test_wide_depthwise_and_max_pools_match_reference(k: int, n: int, c: int, h: int, w: int, strides: list[int],
                                           pads: list[int] | str) -> None:
     pads = [k // 2] * 4 if pads == "same" else pads
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
@@ -185,6 +185,13 @@ def test_wide_depthwise_matches_reference(k: int, n: int, c: int, h: int, w: int
                                                                   tasks=2))
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     assert ROW_GROUP[k] > 1
+    want = _pool_ort(x, strides, pads, k)  # (the max pool of the same window: maxima along lines first)
+    y = np.full(want.shape, -7.0, np.float32)
+    _call(maxpool_routine(k), [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                                 (pads[0], pads[1]), task=1, tasks=2))
+    _call(maxpool_routine(k), [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], tuple(strides),
+                                                                 (pads[0], pads[1]), task=0, tasks=2))
+    np.testing.assert_array_equal(y, want)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -287,10 +294,11 @@ def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) 
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_larger_stride_1_max_pools_run_as_3x3_passes(threads: int) -> None:
-    """YOLO's SPPF (three 5x5 pools in a row) and SPP's 9x9 and 13x13 windows at stride 1 run
-    as ``(k - 1) / 2`` ``md_maxpool3x3`` passes between scratch planes: the reference's
-    answers, NaN and -inf included; a strided or unpadded 5x5 pool keeps the generated kernel."""
+def test_larger_max_pools_run_as_5x5_or_3x3_passes(threads: int) -> None:
+    """YOLO's SPPF (three 5x5 pools in a row) runs as ``md_maxpool5x5`` calls, strided or
+    unpadded 5x5 and 7x7 pools too; SPP's 9x9 and 13x13 windows at stride 1 as two and three
+    5x5 passes between scratch planes, an 11x11 one as five 3x3 passes: the reference's
+    answers, NaN and -inf included; a dilated 5x5 pool keeps the generated kernel."""
     g = GraphBuilder("spp")
     x = g.input("x", parse_type("f32[n,8,20,21]"))
     a, = g.node("MaxPool", [x], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]})
@@ -300,7 +308,10 @@ def test_larger_stride_1_max_pools_run_as_3x3_passes(threads: int) -> None:
     thirteen, = g.node("MaxPool", [x], {"kernel_shape": [13, 13], "pads": [6, 6, 6, 6]})
     strided, = g.node("MaxPool", [x], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "strides": [2, 2]})
     unpadded, = g.node("MaxPool", [x], {"kernel_shape": [5, 5]})
-    for v in (c, nine, thirteen, strided, unpadded):
+    seven, = g.node("MaxPool", [x], {"kernel_shape": [7, 7], "pads": [3, 2, 1, 3], "strides": [2, 1], "ceil_mode": 1})
+    eleven, = g.node("MaxPool", [x], {"kernel_shape": [11, 11], "pads": [5, 5, 5, 5]})
+    dilated, = g.node("MaxPool", [x], {"kernel_shape": [5, 5], "pads": [4, 4, 4, 4], "dilations": [2, 2]})
+    for v in (c, nine, thirteen, strided, unpadded, seven, eleven, dilated):
         g.output(v)
     graph = g.build()
     exe, ref = md.compile(graph, target="x86", threads=threads), md.compile(graph, target="reference")
@@ -311,4 +322,5 @@ def test_larger_stride_1_max_pools_run_as_3x3_passes(threads: int) -> None:
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
-    assert kinds["maxpool 3x3"] == 3 * 2 + 4 + 6 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 2
+    assert kinds["maxpool 5x5"] == 3 + 2 + 3 + 2 and kinds["maxpool 7x7"] == 1 and kinds["maxpool 3x3"] == 5
+    assert sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
