@@ -35,6 +35,7 @@ from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
 from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
+from metadef.backends.x86.einsum import einsum_lowering
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import maxpool_lowering
@@ -318,6 +319,8 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
     "Conv": lambda node, src, out, consts: _conv_lowering(node, src, out, consts),
     "ai.metadef::Attention": _native_attention,
     "ConvTranspose": conv_transpose.convtranspose_lowering,
+    "Einsum": lambda node, src, out, consts: einsum_lowering(
+        str(attrs_of(node)["equation"]), src[0], src[1] if len(src) > 1 else NULL, out, _dtype_of(node)),
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its
