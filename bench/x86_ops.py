@@ -7,7 +7,7 @@ Then generated and routine kernels on common shapes: transcendental activations,
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
 transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
 a reflect Pad, DepthToSpace and SpaceToDepth, a 1-D ConvTranspose, TopK, depthwise convs of
-3x3 to 7x7 (MobileNet, EfficientNet, ConvNeXt), LSTM and GRU layers.
+3x3 to 7x7 (MobileNet, EfficientNet, ConvNeXt), einsums, LSTM and GRU layers.
 metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
 metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
@@ -105,11 +105,23 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
            for k, st, c, hw, who in (
             (3, 1, 144, 56, "MobileNetV2"), (5, 1, 240, 28, "EfficientNet"), (5, 2, 144, 56, "EfficientNet"),
             (5, 1, 672, 14, "MobileNetV3"), (7, 1, 96, 56, "ConvNeXt"), (7, 1, 384, 14, "ConvNeXt"))},
+        "Einsum bhqd,bhkd->bhqk [8,12,128,64]": _einsum("bhqd,bhkd->bhqk", (8, 12, 128, 64), (8, 12, 128, 64)),
+        "Einsum bsd,ed->bse [8,128,768] x [3072,768]": _einsum("bsd,ed->bse", (8, 128, 768), (3072, 768)),
         "LSTM 32 steps, [8,256] -> 256": _recurrent("LSTM", 32, 8, 256, 256),
         "LSTM 100 steps, [1,64] -> 128": _recurrent("LSTM", 100, 1, 64, 128),
         "GRU 32 steps, [8,256] -> 256 (PyTorch's)": _recurrent("GRU", 32, 8, 256, 256, linear_before_reset=1),
         "GRU 32 steps, [8,256] -> 256 (ONNX's default)": _recurrent("GRU", 32, 8, 256, 256),
     }
+
+
+def _einsum(equation: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """An Einsum of two inputs (the first's leading axis dynamic)."""
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["x", "z"], ["y"], equation=equation)], "op",
+        [helper.make_tensor_value_info("x", F, ["n", *a[1:]]), helper.make_tensor_value_info("z", F, list(b))],
+        [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return model, {"x": RNG.standard_normal(a).astype(np.float32), "z": RNG.standard_normal(b).astype(np.float32)}
 
 
 def _recurrent(op: str, steps: int, batch: int, inputs: int, hidden: int,
