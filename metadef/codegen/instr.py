@@ -312,8 +312,10 @@ op_rules: dict[str, Callable[[Out, list[Arg], np.dtype], str]] = {
     "erf": _transcendental("erf", _double_libm("erf")),
     "sigmoid": _transcendental("sigmoid", _sigmoid64),
     "softplus": _transcendental("softplus", _softplus64),
+    "sin": _transcendental("sin", _double_libm("sin")),
+    "cos": _transcendental("cos", _double_libm("cos")),
     **{name: _libm_function(name) for name in (
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
+        "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
 }
 """Operator name -> how to emit it."""
 

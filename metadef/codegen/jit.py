@@ -10,10 +10,10 @@ code; the object code of every module is kept (:func:`object_code`) for the on-d
 cache, and linked into the process by :func:`metadef.codegen.link.load_object`, as a cache hit's
 is.
 
-Libm: the float32 transcendental functions the kernels use most (exp, log, tanh, erf, sigmoid)
-are emitted inline (:mod:`metadef.codegen.mathlib`) so they vectorize; the rest (sin, pow,
-float64 functions, ...) are LLVM intrinsics or libm calls, which the linker resolves in the
-process's libraries.
+Libm: the float32 transcendental functions the kernels use most (exp, expm1, log, tanh, erf,
+sigmoid, softplus, sin, cos) are emitted inline (:mod:`metadef.codegen.mathlib`) so they
+vectorize; the rest (tan, the inverse and hyperbolic functions, pow, float64 functions, ...)
+are LLVM intrinsics or libm calls, which the linker resolves in the process's libraries.
 
 Example:
     >>> ir = 'define i64 @add1(i64 %x) { %y = add i64 %x, 1 ret i64 %y }'.replace(' ret', '\\n ret')

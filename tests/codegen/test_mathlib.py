@@ -3,12 +3,21 @@ dense ranges (the Erf kernel is ``md_erff``: two fitted polynomials, no division
 
 from __future__ import annotations
 
+import ctypes
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
+import metadef as md
+from metadef.codegen.emit import emit_module
+from metadef.codegen.jit import compile_ir
 from metadef.codegen.kernel import compile_node
+from metadef.codegen.lower import compose
+from metadef.codegen.mathlib import MATH_DECLARATIONS, TRIG_BOUND, definitions_for
+from metadef.ir import GraphBuilder
+from metadef.shape import parse_type
 from tests.codegen.support import one_node
 
 
@@ -116,17 +125,7 @@ def test_sigmoid_at_the_edges(value: float, want: float) -> None:
     assert np.isnan(_run("Sigmoid", np.array([np.nan], np.float32))[0])
 
 
-@pytest.mark.parametrize("scalef", [False, True])
-def test_both_forms_of_exp_agree_within_0_9_ulp(scalef: bool) -> None:
-    """``md_expf``'s portable form and its AVX-512 form (``llvm.ldexp``: one ``vscalefps`` a
-    vector there, a libm call elsewhere, correct on any host) in a loop of their own, the same
-    bound and edges as the kernels' (which take the host's form)."""
-    import ctypes
-
-    from metadef.codegen.jit import compile_ir
-    from metadef.codegen.mathlib import MATH_DECLARATIONS, definitions_for
-
-    loop = """define void @exp_loop(ptr %x, ptr %y, i64 %n) {
+_LOOP = """define void @{function}_loop(ptr %x, ptr %y, i64 %n) {{
 entry:
   br label %head
 head:
@@ -136,28 +135,43 @@ head:
 body:
   %p = getelementptr inbounds float, ptr %x, i64 %i
   %v = load float, ptr %p
-  %e = call float @md_expf(float %v)
+  %e = call float @{function}(float %v)
   %q = getelementptr inbounds float, ptr %y, i64 %i
   store float %e, ptr %q
   %next = add i64 %i, 1
   br label %head
 done:
   ret void
-}
+}}
 """
-    definitions = definitions_for(loop, scalef)
-    assert ("@llvm.ldexp" in definitions) == scalef
-    module = "\n".join([loop, definitions, MATH_DECLARATIONS])
-    address = compile_ir(module, ["exp_loop"], f"exp_loop_{scalef}")["exp_loop"]
+
+
+def _loop(function: str, definitions: str, name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A vectorized loop applying the inline ``function`` (from ``definitions``) to an array."""
+    module = "\n".join([_LOOP.format(function=function), definitions, MATH_DECLARATIONS])
+    address = compile_ir(module, [f"{function}_loop"], name)[f"{function}_loop"]
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
+
+    def apply(x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty_like(x)
+        run(x.ctypes.data, y.ctypes.data, x.size)
+        return y
+    return apply
+
+
+@pytest.mark.parametrize("scalef", [False, True])
+def test_both_forms_of_exp_agree_within_0_9_ulp(scalef: bool) -> None:
+    """``md_expf``'s portable form and its AVX-512 form (``llvm.ldexp``: one ``vscalefps`` a
+    vector there, a libm call elsewhere, correct on any host) in a loop of their own, the same
+    bound and edges as the kernels' (which take the host's form)."""
+    definitions = definitions_for(_LOOP.format(function="md_expf"), scalef)
+    assert ("@llvm.ldexp" in definitions) == scalef
+    exp = _loop("md_expf", definitions, f"exp_loop_{scalef}")
     x = np.concatenate([_samples(-110.0, 95.0), np.float32([0.0, -0.0, np.inf, -np.inf, 88.72284, -103.9])])
-    y = np.empty_like(x)
-    run(x.ctypes.data, y.ctypes.data, x.size)
     with np.errstate(over="ignore"):
-        assert _ulps(y, np.exp(x.astype(np.float64))).max() < 0.9
-    nan = np.float32([np.nan])
-    run(nan.ctypes.data, nan.ctypes.data, 1)
-    assert np.isnan(nan[0])
+        assert _ulps(exp(x), np.exp(x.astype(np.float64))).max() < 0.9
+    assert np.isnan(exp(np.float32([np.nan]))[0])
 
 
 def test_expm1_is_within_3_ulp_and_keeps_its_sign_near_zero() -> None:
@@ -173,3 +187,101 @@ def test_expm1_is_within_3_ulp_and_keeps_its_sign_near_zero() -> None:
     got = _run("Elu", edges)
     assert np.signbit(got[0]) and got[1] == np.float32(-1e-30) and got[2] == -1.0 and got[3] == -1.0
     assert np.isnan(got[4])
+
+
+TRIG = {"Sin": np.sin, "Cos": np.cos}
+
+
+def _trig_samples() -> np.ndarray:
+    """Both signs of: :func:`_samples` on [-10, 10]; tiny values; a geometric sweep to
+    :data:`TRIG_BOUND` and past it; and the 4,001 floats around ``k pi/2`` (where sin or cos is
+    0 and the reduction cancels most) for k up to the bound and for the float32 nearest a
+    multiple of pi/2 below it (252.898, 2**-27.8 away; then 505.797 and 4.28e7)."""
+    k = np.concatenate([np.arange(1, 65), np.geomspace(65, 2.0 ** 34, 200).round()])
+    nearest = np.float32([16573937 * 2.0 ** -16, 16573937 * 2.0 ** -15, 10695401 * 2.0 ** 2])
+    centers = np.concatenate([(k * (np.pi / 2)).astype(np.float32), nearest])
+    steps = np.arange(-2000, 2001)
+    around = (centers.view(np.int32)[:, None] + steps).ravel().view(np.float32)
+    x = np.concatenate([around, np.geomspace(1e-45, 1e-3, 20_000, dtype=np.float32),
+                        np.geomspace(10.0, 3.4e38, 200_000, dtype=np.float32)])
+    return np.concatenate([_samples(-10.0, 10.0), x, -x])
+
+
+def _check_trig(got: np.ndarray, x: np.ndarray, reference: Callable) -> None:
+    """Within 1.6 ulp (relative, also near the zeros) and 1e-7 absolute below the bound; in
+    [-1, 1] for every finite ``x``."""
+    want = reference(x.astype(np.float64))
+    within = np.abs(x) <= TRIG_BOUND
+    assert _ulps(got[within], want[within]).max() < 1.6
+    assert np.abs(got[within] - want[within]).max() < 1e-7
+    assert np.all(np.abs(got) <= 1.0)
+
+
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_sin_and_cos_are_within_1_6_ulp_below_their_bound(op: str) -> None:
+    """``md_sinf`` and ``md_cosf`` (measured over every float32 below 2**34 pi/2: 1.58 ulp)
+    against float64 numpy; beyond the bound, results are finite and in [-1, 1]."""
+    x = _trig_samples()
+    _check_trig(_run(op, x), x, TRIG[op])
+
+
+_UNFUSED = """define internal double @unfused(double %a, double %b, double %c) alwaysinline nounwind {
+  %p = fmul double %a, %b
+  %s = fadd double %p, %c
+  ret double %s
+}
+"""
+
+
+@pytest.mark.parametrize("function", ["md_sinf", "md_cosf"])
+def test_sin_and_cos_keep_their_bound_where_multiply_add_is_not_fused(function: str) -> None:
+    """The reduction's products are exact below the bound, so the bound holds where
+    ``llvm.fmuladd.f64`` is a multiplication and an addition (x86 without FMA), not one
+    rounding: the definitions with each replaced by those two."""
+    definitions = definitions_for(_LOOP.format(function=function)).replace("@llvm.fmuladd.f64(", "@unfused(")
+    assert "@unfused(" in definitions
+    apply = _loop(function, definitions + _UNFUSED, f"{function}_unfused_loop")
+    x = _trig_samples()
+    _check_trig(apply(x), x, np.sin if function == "md_sinf" else np.cos)
+
+
+@pytest.mark.parametrize(("value", "sin", "cos"), [
+    (0.0, 0.0, 1.0), (-0.0, -0.0, 1.0), (1e-30, 1e-30, 1.0), (-1e-30, -1e-30, 1.0), (1e-45, 1e-45, 1.0),
+    (-1e-40, -1e-40, 1.0), (np.inf, np.nan, np.nan), (-np.inf, np.nan, np.nan), (np.nan, np.nan, np.nan)])
+def test_sin_and_cos_at_the_edges(value: float, sin: float, cos: float) -> None:
+    """Tiny and subnormal ``x``: ``sin x = x`` (its sign too), ``cos x = 1``; inf and NaN: NaN."""
+    for op, want in (("Sin", sin), ("Cos", cos)):
+        got = _run(op, np.array([value], np.float32))[0]
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == np.float32(want) and np.signbit(got) == np.signbit(want)
+
+
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_sin_and_cos_kernels_call_the_inline_functions_not_libm(op: str) -> None:
+    """A libm ``sinf`` call an element would keep the loop scalar (3x ONNX Runtime's time)."""
+    ir = emit_module(compose(one_node(op, ["f32[n]"])), "trig").ir
+    assert f"@md_{op.lower()}f(" in ir and f"@{op.lower()}f(" not in ir
+
+
+def test_sin_and_cos_in_a_graph_match_the_reference_backend() -> None:
+    """Sin, Cos and ``sin**2 + cos**2`` of one input, compiled for x86 (one fused kernel
+    calling ``md_sinf`` and ``md_cosf``) and by the numpy reference backend (float32 libm)."""
+    b = GraphBuilder("trig")
+    x = b.input("x", parse_type("f32[n,384]"))
+    s, = b.node("Sin", [x])
+    c, = b.node("Cos", [x])
+    ss, = b.node("Mul", [s, s])
+    cc, = b.node("Mul", [c, c])
+    one, = b.node("Add", [ss, cc])
+    for v in (s, c, one):
+        b.output(v)
+    graph = b.build()
+    rng = np.random.default_rng(0)
+    feeds = {"x": np.concatenate([rng.standard_normal((6, 384)) * 4, rng.uniform(-1e5, 1e5, (2, 384)),
+                                  rng.uniform(-1e9, 1e9, (1, 384))]).astype(np.float32)}
+    got = md.compile(graph, target="x86").run(feeds)
+    want = md.compile(graph, target="reference").run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=3e-7)
