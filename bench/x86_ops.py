@@ -92,6 +92,8 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
         "Resize cubic 2x [2,64,56,56]": _one("Resize", (2, 64, 56, 56), {"roi": _EMPTY, "scales": _SCALES},
                                              mode="cubic"),
         "Tile [8,128,96] by (1,1,8)": _one("Tile", (8, 128, 96), {"r": _axes(1, 1, 8)}),
+        "AveragePool 3x3 stride 1, pads counted [8,64,56,56] (Inception)": _one(
+            "AveragePool", (8, 64, 56, 56), kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
         "MaxPool 5x5 stride 1 [8,256,20,20] (SPPF)": _one("MaxPool", (8, 256, 20, 20), kernel_shape=[5, 5],
                                                           pads=[2, 2, 2, 2]),
         "Pad reflect 1 pixel [8,64,56,56]": _one("Pad", (8, 64, 56, 56), {"p": _axes(0, 0, 1, 1, 0, 0, 1, 1)},

@@ -38,7 +38,7 @@ from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
 from metadef.backends.x86.einsum import einsum_lowering
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
-from metadef.backends.x86.pooling import maxpool_lowering
+from metadef.backends.x86.pooling import avgpool_lowering, maxpool_lowering
 from metadef.backends.x86.recurrent import recurrent_node
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
@@ -98,7 +98,7 @@ def generated_node(node: Node) -> Choice | str:
 
 
 routine_lowerings: dict[str, Callable[[Node, Lowering], Lowering]] = {
-    "MaxPool": maxpool_lowering, "Transpose": transpose_lowering}
+    "MaxPool": maxpool_lowering, "AveragePool": avgpool_lowering, "Transpose": transpose_lowering}
 """Ops whose native step may call a hand-written routine instead of the node's generated
 kernel: op -> (node, the generated kernel's lowering) -> the lowering that decides per shape."""
 

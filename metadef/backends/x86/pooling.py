@@ -29,7 +29,7 @@ import numpy as np
 from metadef.backends.x86.conv1x1 import in_place_routine, routine_fits, static_planes
 from metadef.backends.x86.native import NULL, PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, needing, needs
 from metadef.codegen.native import native_function
-from metadef.codegen.native_depthwise import DEPTHWISE_KERNELS, depthwise_dims, maxpool_routine
+from metadef.codegen.native_depthwise import DEPTHWISE_KERNELS, depthwise_dims, depthwise_routine, maxpool_routine
 from metadef.ir import Node
 from metadef.ops.defs.nn_pool import window
 
@@ -106,4 +106,55 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
     return needing(lower, *needs(otherwise), routine)
 
 
-__all__ = ["chained_passes", "maxpool_lowering"]
+def avgpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
+    """A float32 2-D AveragePool of a 3x3, 5x5 or 7x7 window (dilation 1, no ceil mode) whose
+    divisor is always the window's size (``count_include_pad``, or no padding) as one
+    ``md_depthwise`` / ``md_depthwise{k}`` call with every tap ``1 / k**2`` (PyTorch's
+    ``AvgPool2d(3, 1, 1)`` exports so: Inception's branches); ``otherwise`` (the generated
+    kernel, whose padded windows take checked loads) for any other pool or shape."""
+    attrs = node.attrs
+    kernel = list(attrs.get("kernel_shape") or [])
+    out_type = node.outputs[0].type if node.outputs and node.outputs[0] is not None else None
+    if node.qualop != "AveragePool" or out_type is None or out_type.dtype.numpy != np.float32 \
+            or len(kernel) != 2 or kernel[0] != kernel[1] or kernel[0] not in DEPTHWISE_KERNELS \
+            or any(d != 1 for d in attrs.get("dilations") or [1, 1]) or attrs.get("ceil_mode"):
+        return otherwise
+    k = int(kernel[0])
+    planes = static_planes(node)
+    routine = depthwise_routine(k)
+
+    def geometry(hw: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int], bool]:
+        win = window(attrs, tuple(hw), (k, k))
+        return ((int(win.begin[0]), int(win.begin[1])), (int(win.strides[0]), int(win.strides[1])),
+                any(int(p) != 0 for p in (*win.begin, *win.end)))
+
+    if planes is not None and k == 3:
+        routine = in_place_routine(routine, planes[0], planes[1], *geometry(planes[0])[:2])
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        sx = inputs[0]
+        if sx is None or len(sx) != 4 or len(outputs[0]) != 4:
+            return otherwise(inputs, outputs, symbols)
+        begin, strides, padded = geometry(sx[2:])
+        n, c, h, w = sx
+        out_hw = (int(outputs[0][2]), int(outputs[0][3]))
+        if (padded and not attrs.get("count_include_pad")) or min(begin) < 0 or 0 in (*sx, *out_hw) \
+                or not routine_fits(routine, (h, w), out_hw, strides, begin, k):
+            return otherwise(inputs, outputs, symbols)
+        taps, zeros = np.full((c, k * k), 1.0 / (k * k), np.float32), np.zeros(c, np.float32)
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or n * c < count or n * c * out_hw[0] * out_hw[1] < PARALLEL_ELEMENTS:
+                return None
+            return [depthwise_dims(n, c, (h, w), out_hw, strides, begin, task=t, tasks=count) for t in range(count)]
+
+        call = Call(native_function(routine), (Arg("in", 0), Arg("addr", taps.ctypes.data),
+                                               Arg("addr", zeros.ctypes.data), Arg("out", 0)),
+                    depthwise_dims(n, c, (h, w), out_hw, strides, begin), f"avgpool {k}x{k}", tasks)
+        return NativeStep((call,), keep=(taps, zeros))
+
+    return needing(lower, *needs(otherwise), routine)
+
+
+__all__ = ["avgpool_lowering", "chained_passes", "maxpool_lowering"]

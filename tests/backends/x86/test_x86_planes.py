@@ -324,3 +324,30 @@ def test_larger_max_pools_run_as_5x5_or_3x3_passes(threads: int) -> None:
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
     assert kinds["maxpool 5x5"] == 3 + 2 + 3 + 2 and kinds["maxpool 7x7"] == 1 and kinds["maxpool 3x3"] == 5
     assert sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
+
+
+def test_average_pools_that_divide_by_the_window_run_as_depthwise_convs() -> None:
+    """AveragePools of 3x3, 5x5 and 7x7 windows that count the padding (PyTorch's default) or
+    have none run as the depthwise routines with taps of 1 / k**2; one that does not count
+    its padding, a ceil-mode one and a 2x2 one keep the generated kernel."""
+    g = GraphBuilder("avg")
+    x = g.input("x", parse_type("f32[n,5,17,16]"))
+    cases = [({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, True),
+             ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "strides": [2, 2], "count_include_pad": 1}, True),
+             ({"kernel_shape": [7, 7]}, True),
+             ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, False),
+             ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "count_include_pad": 1}, False),
+             ({"kernel_shape": [2, 2], "strides": [2, 2]}, False)]
+    for attrs, _ in cases:
+        y, = g.node("AveragePool", [x], attrs)
+        g.output(y)
+    graph = g.build()
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    for batch in (1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 5, 17, 16), dtype=np.float32)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+    kinds = exe.executable.programs.bound({"n": 3}).call_kinds
+    assert (kinds["avgpool 3x3"], kinds["avgpool 5x5"], kinds["avgpool 7x7"]) == (1, 1, 1)
+    assert sum(v for k, v in kinds.items() if k.startswith("AveragePool at")) == 3
