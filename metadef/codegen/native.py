@@ -44,6 +44,10 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_fill``: fill bytes with copies of one element (Pad's constant), in doubling copies.
 - ``md_gather``: Gather's rows picked by int32/int64 indices, each checked: an index out of
   range writes zeros and is reported in a status word the caller reads after the run.
+- ``md_gather_elements`` / ``md_scatter_elements``, ``md_gather_nd`` / ``md_scatter_nd``:
+  GatherElements, ScatterElements, GatherND and ScatterND, every index checked the same way;
+  ``md_scatter_elements_reduce`` / ``md_scatter_nd_reduce`` the scatters with a reduction
+  (:mod:`.native_scatter`).
 
 Each routine is its own module, generated with llvmlite's IR builder, compiled when a graph
 first needs it (see :func:`native_function`) and kept in the compile cache like any kernel.
@@ -114,6 +118,15 @@ from metadef.codegen.native_ir import (
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.codegen.native_recurrent import _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
+from metadef.codegen.native_scatter import (
+    SCATTER_ROUTINES,
+    _gather_elements,
+    _gather_nd,
+    _scatter_elements,
+    _scatter_elements_reduce,
+    _scatter_nd,
+    _scatter_nd_reduce,
+)
 from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
 from metadef.codegen.native_topk import _topk_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
@@ -361,6 +374,12 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy": _copy,
     "md_copy_rows": _copy_rows,
     "md_gather": _gather,
+    "md_gather_elements": _gather_elements,
+    "md_scatter_elements": _scatter_elements,
+    "md_scatter_elements_reduce": _scatter_elements_reduce,
+    "md_gather_nd": _gather_nd,
+    "md_scatter_nd": _scatter_nd,
+    "md_scatter_nd_reduce": _scatter_nd_reduce,
     "md_fill": _fill,
     "md_gather_planes": _gather_planes,
     "md_col2im": _col2im,
@@ -395,16 +414,17 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
-                              "md_softmax_rows", "md_log_softmax_rows"})
+                              "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softmax routines,
 whose bodies unroll their own loops (md_softmax_rows with its log form as four bodies: 470 ->
-141 ms of LLVM, the same speed)."""
+141 ms of LLVM, the same speed); the gathers and scatters, whose loops are written per element
+size (md_scatter_nd_reduce 330 -> 130 ms of LLVM)."""
 VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_transpose",
                                 "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
                                 "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
-                                "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows"})
+                                "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,
@@ -414,7 +434,9 @@ rows are now gathered 16 at a time by hand).
 The Winograd input transform gathers its tiles 16, 8 or 4 at a time by hand (349-490 -> ~200 ms
 of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x28 0.13 -> 0.09,
 14x14 0.10-0.11 -> 0.08, 7x7 0.08 -> 0.07 ms); the output transform needs no vectorizer either
-(measured level, 0.5 -> ~0.2 s of LLVM for the two)."""
+(measured level, 0.5 -> ~0.2 s of LLVM for the two). The gathers and scatters of
+:mod:`.native_scatter` move an element or a slice at a time, their reductions' vectors written
+out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
 OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
