@@ -37,6 +37,7 @@ from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lower
 from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
 from metadef.backends.x86.einsum import einsum_lowering
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
+from metadef.backends.x86.indexing import gather_elements_node, gather_nd_node, scatter_elements_node, scatter_nd_node
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import avgpool_lowering, maxpool_lowering
 from metadef.backends.x86.recurrent import recurrent_node
@@ -484,6 +485,10 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "Pad": (movement.pad_node, movement.pad_planes_node),
     **{op: (movement.nearest_resize_node, resize_node) for op in ("Resize", "Upsample")},
     "Gather": (movement.gather_node,),
+    "GatherElements": (gather_elements_node,),
+    "GatherND": (gather_nd_node,),
+    "ScatterND": (scatter_nd_node,),
+    **{op: (scatter_elements_node,) for op in ("ScatterElements", "Scatter")},
     "Dropout": (movement.inference_dropout,),
     **{op: (movement.shape_node,) for op in ("Shape", "Size")},
 }

@@ -76,7 +76,7 @@ def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
     return axis % rank, dtype.itemsize
 
 
-def _native(node: Node, reason: str, lower: Lowering, *routines: str) -> Choice:
+def native_choice(node: Node, reason: str, lower: Lowering, *routines: str) -> Choice:
     """The Choice of a step that runs ``lower``'s native calls (its reference kernel when the
     graph runs node by node)."""
     return Choice(reference(node, "").kernel, "native", reason, native=needing(lower, *routines))
@@ -102,7 +102,7 @@ def _part_copies(node: Node, concat: bool) -> Choice | str:
         return _copies(inputs[0], outputs, axis, itemsize, concat)
 
     what = "Concat: one row copy per input" if concat else "Split: one row copy per output"
-    return _native(node, f"{what} (md_copy_rows)", lower, "md_copy_rows")
+    return native_choice(node, f"{what} (md_copy_rows)", lower, "md_copy_rows")
 
 
 def concat_node(node: Node) -> Choice | str:
@@ -192,7 +192,7 @@ def slice_node(node: Node) -> Choice | str:
         return NativeStep(tuple(Call(address, (Arg("in", 0, s), Arg("out", 0, d)), dims, "slice")
                                 for s, d, dims in copies))
 
-    return _native(node, "Slice: row copies (md_copy_rows)", lower, "md_copy_rows")
+    return native_choice(node, "Slice: row copies (md_copy_rows)", lower, "md_copy_rows")
 
 
 _ZEROS = np.zeros(16, np.uint8)  # the fill value of a Pad without constant_value (any dtype's 0)
@@ -240,7 +240,7 @@ def pad_node(node: Node) -> Choice | str:
                   for big, small, (rows, block, big_stride, small_stride) in copies]
         return NativeStep(tuple(calls))
 
-    return _native(node, "Pad: a fill, then the input copied into its box", lower, "md_fill", "md_copy_rows")
+    return native_choice(node, "Pad: a fill, then the input copied into its box", lower, "md_fill", "md_copy_rows")
 
 
 def gather_node(node: Node) -> Choice | str:
@@ -274,7 +274,7 @@ def gather_node(node: Node) -> Choice | str:
                     (outer, rows, count, math.prod(shape[axis + 1:]) * itemsize, index_bytes), "gather")
         return NativeStep((call,), keep=(status,), checks=((status, why),))
 
-    return _native(node, "Gather: the picked rows copied, each index checked (md_gather)", lower, "md_gather")
+    return native_choice(node, "Gather: the picked rows copied, each index checked (md_gather)", lower, "md_gather")
 
 
 def nearest_resize_node(node: Node) -> Choice | str:
@@ -294,7 +294,8 @@ def nearest_resize_node(node: Node) -> Choice | str:
     if any(v is not None and c is None for v, c in zip(node.inputs[1:], params)):
         return "its scales, sizes or roi are computed at run time"
     lower = _pixel_map(node, attrs, params, "resize nearest", "it resizes more than the last two axes")
-    return _native(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
+    return native_choice(node, f"{node.op} nearest: a pixel map per binding (md_gather_planes)", lower,
+                         "md_gather_planes")
 
 
 def _pixel_map(node: Node, attrs: Mapping[str, Any], operands: Sequence[Any], what: str, leading: str) -> Lowering:
@@ -357,7 +358,8 @@ def pad_planes_node(node: Node) -> Choice | str:
         return "it pads more than the last two axes"
     operands = [np.asarray(consts[0]), None, None if consts[1] is None else np.asarray(consts[1])]
     lower = _pixel_map(node, attrs, operands, f"pad {attrs['mode']}", "it pads more than the last two axes")
-    return _native(node, f"Pad {attrs['mode']}: a pixel map per binding (md_gather_planes)", lower, "md_gather_planes")
+    return native_choice(node, f"Pad {attrs['mode']}: a pixel map per binding (md_gather_planes)", lower,
+                         "md_gather_planes")
 
 
 def shape_node(node: Node) -> Choice | str:
@@ -382,7 +384,7 @@ def shape_node(node: Node) -> Choice | str:
                     node.op.lower())
         return NativeStep((call,), keep=(values,))
 
-    return _native(node, f"{node.op}: its values copied, known from the binding's shapes", lower, "md_copy")
+    return native_choice(node, f"{node.op}: its values copied, known from the binding's shapes", lower, "md_copy")
 
 
 def view_node(node: Node) -> Choice | str:
@@ -426,9 +428,9 @@ def inference_dropout(node: Node) -> Choice | str:
                     "dropout mask")
         return NativeStep((copy, mask) if size else ())
 
-    return _native(node, "Dropout at inference with its mask: a copy and a mask of all true", lower,
+    return native_choice(node, "Dropout at inference with its mask: a copy and a mask of all true", lower,
                    "md_copy_rows", "md_fill")
 
 
-__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "nearest_resize_node", "pad_node",
-           "pad_planes_node", "shape_node", "slice_node", "split_node", "view_node"]
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "native_choice", "nearest_resize_node",
+           "pad_node", "pad_planes_node", "shape_node", "slice_node", "split_node", "view_node"]
