@@ -16,8 +16,10 @@ known, as calls of the native program, per direction:
 - the last states copied to ``Y_h`` (and ``Y_c``).
 
 Both layouts (``[seq, batch, input]`` and ``[batch, seq, input]``) are read and written in
-place through row strides. The same calls run a step from Python (:func:`run`'s path). Any
-other recurrent node runs its reference kernel, with the reason.
+place through row strides. With two threads or more, a bidirectional layer's directions run
+side by side, each as one chain of calls on its own thread (its products then unsplit). The
+same calls run a step from Python (:func:`run`'s path). Any other recurrent node runs its
+reference kernel, with the reason.
 
 Example:
     >>> import numpy as np
@@ -47,7 +49,9 @@ from metadef.backends.x86.native import (
     Call,
     NativeStep,
     Shape,
+    binding_threads,
     needing,
+    sequence,
     sgemm_call,
     timed_call,
 )
@@ -173,18 +177,19 @@ def recurrent_node(node: Node) -> Choice | str:
     reverse = attrs["direction"] == "reverse"
     outputs = len(node.outputs)
 
-    def calls(steps: int, batch: int) -> tuple[list[Call], tuple[int, ...], tuple[np.ndarray, ...]]:
+    def calls(steps: int, batch: int, side_by_side: bool = False
+              ) -> tuple[list[Call], tuple[int, ...], tuple[np.ndarray, ...]]:
         """The calls for ``steps`` steps of ``batch`` rows, their scratch buffers (bytes) and the
-        arrays they read by address."""
+        arrays they read by address; ``side_by_side``: the two directions as two chains of calls
+        that two threads run at once (each with its own scratch buffers)."""
         zeros = np.zeros(batch * hidden, np.float32)
         f = 4  # bytes a float
-        out: list[Call] = []
+        chains: list[list[Call]] = []
         x_rows = steps * batch
         # row (t, b) of X, XW and Y: at t*batch + b (layout 0) or b*steps + t (layout 1)
         step_at, row_at = (1, steps) if batch_first else (batch, 1)
-        xw, hr = Arg("scratch", 0), Arg("scratch", 1)
-        cell = Arg("scratch", 2) if op == "LSTM" or split else NULL  # (LSTM's c; a split GRU's r * h)
         state_ld = dirs * hidden if batch_first else hidden  # initial_h / Y_h rows
+        kept = 3 if op == "LSTM" or split else 2  # (LSTM's c; a split GRU's r * h)
 
         def cell_call(kind: str, args: tuple[Arg, ...], dims: dict[str, int]) -> Call:
             def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -196,6 +201,11 @@ def recurrent_node(node: Node) -> Choice | str:
                         f"{op} cell", tasks)
 
         for d in range(dirs):
+            base = kept * d if side_by_side else 0
+            xw, hr = Arg("scratch", base), Arg("scratch", base + 1)
+            cell = Arg("scratch", base + 2) if kept == 3 else NULL
+            out: list[Call] = []
+            chains.append(out)
             into, over = products[d]
             out.append(into.call(Arg("in", 0), xw, x_rows, into.k, f"{op} input projection"))
             state_at = (d * hidden if batch_first else d * batch * hidden) * f
@@ -224,8 +234,10 @@ def recurrent_node(node: Node) -> Choice | str:
             for k, (source, ld) in enumerate(finals[:outputs - 1]):
                 out.append(Call(native_function("md_copy_rows"), (source, Arg("out", k + 1).at(state_at)),
                                 (batch, hidden * f, ld * f, state_ld * f), f"{op} last state"))
-        scratch = (x_rows * size * f, batch * size * f, *((batch * hidden * f,) if cell is not NULL else ()))
-        return out, scratch, (zeros,)
+        scratch = (x_rows * size * f, batch * size * f, batch * hidden * f)[:kept] * (dirs if side_by_side else 1)
+        if side_by_side:
+            return [sequence(chains[0]), sequence(chains[1], joins=True)], scratch, (zeros,)
+        return [c for chain in chains for c in chain], scratch, (zeros,)
 
     def shape_of(x: Shape) -> tuple[int, int]:
         return (x[1], x[0]) if batch_first else (x[0], x[1])
@@ -236,7 +248,7 @@ def recurrent_node(node: Node) -> Choice | str:
         steps, batch = shape_of(ins[0])
         if steps == 0 or batch == 0:
             return "an empty sequence or batch (its reference kernel writes the zero states)"
-        found, scratch, keep = calls(steps, batch)
+        found, scratch, keep = calls(steps, batch, side_by_side=dirs == 2 and binding_threads() >= 2)
         return NativeStep(tuple(found), scratch, (*keep, products))  # (packed weights kept with the step)
 
     def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
