@@ -7,7 +7,8 @@ Then generated and routine kernels on common shapes: transcendental activations,
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
 transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
 a reflect Pad, DepthToSpace and SpaceToDepth, a 1-D ConvTranspose, TopK, depthwise convs of
-3x3 to 7x7 (MobileNet, EfficientNet, ConvNeXt), einsums, LSTM and GRU layers.
+3x3 to 7x7 (MobileNet, EfficientNet, ConvNeXt), einsums, gathers and scatters, LSTM and GRU
+layers.
 metadef optimizes each at ``aggressive`` and compiles it for x86 (``threads``; ORT with as many
 intra-op threads) and the two run alternately; the table gives medians in ms and the ratio
 metadef / ORT, and the kinds of step metadef ran (``native``/``blas``/``generated``: in the
@@ -69,7 +70,8 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             [helper.make_node("CastLike", ["x", "half"], ["h"]), helper.make_node("CastLike", ["h", "x"], ["y"])],
             [helper.make_tensor_value_info("x", F, ["n", 64, 56, 56])],
             {"half": np.zeros(1, np.float16)}), {"x": x}),
-        **{f"{op} [512,768]": _one(op, (512, 768)) for op in ("Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Elu")},
+        **{f"{op} [512,768]": _one(op, (512, 768)) for op in ("Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "Elu",
+                                                                      "Sin", "Cos")},
         "Softmax rows [512,768]": _one("Softmax", (512, 768), axis=-1),
         "Softmax [8,12,128,128] (attention)": _one("Softmax", (8, 12, 128, 128), axis=-1),
         "Softmax over channels [8,19,64,64]": _one("Softmax", (8, 19, 64, 64), axis=1),
@@ -109,11 +111,24 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             (5, 1, 672, 14, "MobileNetV3"), (7, 1, 96, 56, "ConvNeXt"), (7, 1, 384, 14, "ConvNeXt"))},
         "Einsum bhqd,bhkd->bhqk [8,12,128,64]": _einsum("bhqd,bhkd->bhqk", (8, 12, 128, 64), (8, 12, 128, 64)),
         "Einsum bsd,ed->bse [8,128,768] x [3072,768]": _einsum("bsd,ed->bse", (8, 128, 768), (3072, 768)),
+        "GatherElements [64,1000] by [64,100] along axis 1": _indexing(
+            "GatherElements", (64, 1000), RNG.integers(0, 1000, (64, 100)), axis=1),
+        "GatherND [8,128,768] by [8,16,1], batch_dims 1": _indexing(
+            "GatherND", (8, 128, 768), RNG.integers(0, 128, (8, 16, 1)), batch_dims=1),
+        "ScatterND [64,1000], 16 rows": _indexing("ScatterND", (64, 1000), RNG.permutation(64)[:16].reshape(16, 1),
+                                                 RNG.standard_normal((16, 1000)).astype(np.float32)),
         "LSTM 32 steps, [8,256] -> 256": _recurrent("LSTM", 32, 8, 256, 256),
         "LSTM 100 steps, [1,64] -> 128": _recurrent("LSTM", 100, 1, 64, 128),
         "GRU 32 steps, [8,256] -> 256 (PyTorch's)": _recurrent("GRU", 32, 8, 256, 256, linear_before_reset=1),
         "GRU 32 steps, [8,256] -> 256 (ONNX's default)": _recurrent("GRU", 32, 8, 256, 256),
     }
+
+
+def _indexing(op: str, shape: tuple[int, ...], indices: np.ndarray, updates: np.ndarray | None = None,
+              **attrs: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``op(x, indices[, updates])`` with constant int64 indices (and updates)."""
+    consts = {"i": indices.astype(np.int64), **({"u": updates} if updates is not None else {})}
+    return _one(op, shape, consts, **attrs)
 
 
 def _einsum(equation: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
