@@ -30,7 +30,7 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   run too, and ``md_log_softmax_rows`` (:mod:`.native_softmax`).
 - ``md_resize2d``: a linear or cubic Resize of planes from per-axis tap tables (:mod:`.native_resize`).
 - ``md_topk_rows``: TopK along rows, each row's best k kept sorted on the stack (:mod:`.native_topk`).
-- ``md_recurrent_cell``: one time step of RNN / GRU / LSTM cells after their products
+- ``md_rnn_cell`` / ``md_gru_cell`` / ``md_lstm_cell``: one time step of the cells after their products
   (:mod:`.native_recurrent`).
 - ``md_depthwise``: a 3x3 depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum;
@@ -116,7 +116,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
-from metadef.codegen.native_recurrent import _recurrent_cell
+from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_scatter import (
     SCATTER_ROUTINES,
@@ -401,7 +401,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_resize2d": _resize2d,
     "md_topk_rows": _topk_rows,
     "md_log_softmax_rows": _log_softmax_rows,
-    "md_recurrent_cell": _recurrent_cell,
+    **{name: functools.partial(_recurrent_cell, name=name) for name in CELL_ROUTINES},
     "md_depthwise": _depthwise,
     "md_maxpool3x3": lambda module: _depthwise(module, pool=True),
     **{f"md_depthwise_inplace{s}": functools.partial(_depthwise, only_in_place=s) for s in (1, 2)},

@@ -1,9 +1,9 @@
 """One time step of a recurrent layer's cells, after its products (see :mod:`.native`).
 
-``md_recurrent_cell`` computes the new hidden state of every batch row from the step's input
-projection ``xw`` (``X_t W^T + Wb``) and its recurrent projection ``hr`` (``H_{t-1} R^T + Rb``),
-both ``[batch, gates * hidden]`` (rows ``xw_ld`` / ``hr_ld`` floats apart), as ONNX defines the
-three cells with their default activations::
+``md_rnn_cell``, ``md_gru_cell`` and ``md_lstm_cell`` compute the new hidden state of every
+batch row from the step's input projection ``xw`` (``X_t W^T + Wb``) and its recurrent
+projection ``hr`` (``H_{t-1} R^T + Rb``), both ``[batch, gates * hidden]`` (rows ``xw_ld`` /
+``hr_ld`` floats apart), as ONNX defines the three cells with their default activations::
 
     RNN   (cell 0): h = tanh(xw + hr)
     GRU   (cell 1): z = sigmoid(xw_z + hr_z), r = sigmoid(xw_r + hr_r), n = tanh(xw_h + r * hr_h),
@@ -28,7 +28,7 @@ Example:
     >>> h0, y = np.zeros((1, 8), np.float32), np.empty((1, 8), np.float32)
     >>> args = (ctypes.c_void_p * 5)(xw.ctypes.data, hr.ctypes.data, h0.ctypes.data, None, y.ctypes.data)
     >>> dims = cell_dims("RNN", 1, 8)
-    >>> ENTRY(native_function("md_recurrent_cell"))(args, (ctypes.c_int64 * len(dims))(*dims))
+    >>> ENTRY(native_function("md_rnn_cell"))(args, (ctypes.c_int64 * len(dims))(*dims))
     >>> round(float(y[0, 0]), 6) == round(float(np.tanh(np.float32(0.5))), 6)
     True
 """
@@ -43,10 +43,10 @@ from metadef.codegen.native_ir import F32, I64, PTR, V8, _arg, _define, _elem, _
 from metadef.codegen.native_softmax import _exp, _intrinsic
 
 CELL_DIMS = ("cell", "batch", "hidden", "xw_ld", "hr_ld", "h_ld", "y_ld", "task", "tasks")
-"""The dims of ``md_recurrent_cell``: args are ``[xw, hr, h_prev, c (LSTM; else null), y]``."""
+"""The dims of the cell routines: args are ``[xw, hr, h_prev, c (LSTM; else null), y]``."""
 
 CELLS = {"RNN": 0, "GRU": 1, "LSTM": 2, "GRU_RESET": 3, "GRU_UPDATE": 4}
-"""The cell kinds ``md_recurrent_cell`` computes, by op (a GRU without ``linear_before_reset``:
+"""The cell kinds the routines compute, by op (a GRU without ``linear_before_reset``:
 its two halves)."""
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4, "GRU_RESET": 3, "GRU_UPDATE": 3}
@@ -58,7 +58,7 @@ TANH_SMALL = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422
 
 def cell_dims(op: str, batch: int, hidden: int, *, xw_ld: int | None = None, hr_ld: int | None = None,
               h_ld: int | None = None, y_ld: int | None = None, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_recurrent_cell`` call for ``op``'s cell (see :data:`CELL_DIMS`; the
+    """The dims of one cell routine's call for ``op``'s cell (see :data:`CELL_DIMS`; the
     row strides default to packed rows).
 
     Example:
@@ -125,15 +125,31 @@ def _cell(b: ir.IRBuilder, module: ir.Module, kind: str, at: Callable[[int, ir.T
     return {"y": b.fmul(o, _tanh(b, module, cell)), "c": cell}
 
 
-def _recurrent_cell(module: ir.Module) -> None:
-    b, args, dims = _define(module, "md_recurrent_cell")
+CELL_ROUTINES = {"md_rnn_cell": ("RNN",), "md_gru_cell": ("GRU", "GRU_RESET", "GRU_UPDATE"),
+                 "md_lstm_cell": ("LSTM",)}
+"""The cell routines and the cell kinds each computes (a model compiles the ones it has: the
+five kinds in one routine were 440 ms of LLVM)."""
+
+
+def cell_routine(op: str) -> str:
+    """The routine computing ``op``'s cells (RNN, GRU, LSTM).
+
+    Example:
+        >>> cell_routine("GRU")
+        'md_gru_cell'
+    """
+    return f"md_{op.lower()}_cell"
+
+
+def _recurrent_cell(module: ir.Module, name: str) -> None:
+    b, args, dims = _define(module, name)
     xw, hr, h_prev, c, y = (_arg(b, args, i, PTR) for i in range(5))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(CELL_DIMS)}
     hidden = d["hidden"]
     first, last = _share(b, d["batch"], d)
     blocks = b.sdiv(hidden, I64(8))
     after = b.append_basic_block("done")
-    kinds = {kind: b.append_basic_block(kind.lower()) for kind in CELLS}
+    kinds = {kind: b.append_basic_block(kind.lower()) for kind in CELL_ROUTINES[name]}
     switch = b.switch(d["cell"], after)
     for kind, block in kinds.items():
         switch.add_case(I64(CELLS[kind]), block)
@@ -168,4 +184,4 @@ def _recurrent_cell(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["CELLS", "CELL_DIMS", "GATES", "cell_dims"]
+__all__ = ["CELLS", "CELL_DIMS", "CELL_ROUTINES", "GATES", "cell_dims", "cell_routine"]

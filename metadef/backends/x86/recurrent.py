@@ -10,7 +10,7 @@ known, as calls of the native program, per direction:
 - one ``md_gemm`` for the input projection of every step, ``X W^T + Wb`` (weights packed once;
   OpenBLAS's sgemm where the weights are fed at run time);
 - per time step, in the direction's order, ``md_gemm`` for ``H_{t-1} R^T + Rb`` reading the
-  previous step's rows of ``Y`` in place, then ``md_recurrent_cell``
+  previous step's rows of ``Y`` in place, then the cell routine (``md_lstm_cell``, ...)
   (:mod:`metadef.codegen.native_recurrent`) writing the step's rows of ``Y`` (and the LSTM cell
   state, kept in a scratch buffer);
 - the last states copied to ``Y_h`` (and ``Y_c``).
@@ -30,7 +30,7 @@ Example:
     >>> w, r = g.const("w", np.ones((1, 16, 4), np.float32)), g.const("r", np.ones((1, 16, 4), np.float32))
     >>> y, = g.node("LSTM", [x, w, r], {"hidden_size": 4})
     >>> recurrent_node(y.producer).reason
-    'LSTM: md_gemm products and md_recurrent_cell steps (our kernels)'
+    'LSTM: md_gemm products and md_lstm_cell steps (our kernels)'
 """
 
 from __future__ import annotations
@@ -57,13 +57,13 @@ from metadef.backends.x86.native import (
 )
 from metadef.codegen.native import native_function
 from metadef.codegen.native_gemm import gemm_dims, pack_gemm_weights
-from metadef.codegen.native_recurrent import CELLS, cell_dims
+from metadef.codegen.native_recurrent import CELLS, cell_dims, cell_routine
 from metadef.ir import Node
 from metadef.ops.defs.rnn import GRU_CELL, LSTM_CELL, RNN_CELL, recurrent_reference
 from metadef.shape import TensorType
 
 DEFAULTS = {"RNN": RNN_CELL, "GRU": GRU_CELL, "LSTM": LSTM_CELL}
-ROUTINES = ("md_gemm", "md_sgemm", "md_recurrent_cell", "md_copy", "md_copy_rows")
+ROUTINES = ("md_gemm", "md_sgemm", "md_copy", "md_copy_rows")
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def recurrent_node(node: Node) -> Choice | str:
                     return None
                 return [cell_dims(kind, batch, hidden, **dims, task=k, tasks=count) for k in range(count)]
 
-            return Call(native_function("md_recurrent_cell"), args, cell_dims(kind, batch, hidden, **dims),
+            return Call(native_function(cell_routine(op)), args, cell_dims(kind, batch, hidden, **dims),
                         f"{op} cell", tasks)
 
         for d in range(dirs):
@@ -271,8 +271,8 @@ def recurrent_node(node: Node) -> Choice | str:
         return results
 
     products_by = "md_gemm" if isinstance(products[0][0], _Product) else "sgemm"
-    reason = f"{op}: {products_by} products and md_recurrent_cell steps (our kernels)"
-    return Choice(run, "native", reason, native=needing(lower, *ROUTINES))
+    reason = f"{op}: {products_by} products and {cell_routine(op)} steps (our kernels)"
+    return Choice(run, "native", reason, native=needing(lower, *ROUTINES, cell_routine(op)))
 
 
 __all__ = ["recurrent_node"]

@@ -1,4 +1,4 @@
-"""RNN, GRU and LSTM run as ``md_gemm`` products and ``md_recurrent_cell`` steps: against the
+"""RNN, GRU and LSTM run as ``md_gemm`` products and cell-routine steps: against the
 reference (every direction, both layouts, initial states or none, hidden sizes off the vector
 width, several sequence lengths and batches with nothing compiled between them, one and two
 threads), against ONNX Runtime, step by step, and the nodes the cells do not compute run their
@@ -162,7 +162,7 @@ def test_weights_fed_at_run_time_go_through_sgemm(op: str) -> None:
         g.output(v)
     graph = g.build()
     sess = md.compile(graph, target="x86", cache=False)
-    assert sess.executable.plan[0].reason == f"{op}: sgemm products and md_recurrent_cell steps (our kernels)"
+    assert sess.executable.plan[0].reason == f"{op}: sgemm products and md_{op.lower()}_cell steps (our kernels)"
     feeds = _feeds(graph, 5, 3)
     got, want = sess.run(feeds), md.compile(graph, target="reference").run(feeds)
     for name in want:
