@@ -4,6 +4,7 @@ original op on the reference backend (and ONNX Runtime through the x86 backend).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -90,3 +91,52 @@ def test_depth_and_space_as_reshape_transpose_reshape(op: str, attrs: dict, shap
     np.testing.assert_array_equal(md.compile(after, target="reference").run({"x": x})["out0"], want)
     got = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False).run({"x": x})["out0"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_conv1d_runs_as_conv2d_with_its_activation_fused_and_rows_between_convs_kept_2d() -> None:
+    """Two 1-D convs (strided, grouped, with bias) and a Relu and a scaled Sigmoid between them:
+    each conv becomes a 2-D one over planes of one row, the activations move before the
+    Squeeze (one-element constants only), and the Squeeze / Unsqueeze between the convs
+    cancel; the answers are the original graph's, also through the x86 backend against ORT."""
+    graph = parse_graph('''graph g(%x: f32[n,4,t]) -> (%y, %z) {
+      %w: f32[6,4,3] = const
+      %b: f32[6] = const
+      %w2: f32[6,3,5] = const
+      %half: f32[] = const [0.5]
+      %row: f32[6,1] = const
+      %a: f32[n,6,t] = Conv(%x, %w, %b) {pads=[1, 1]} @c1
+      %r: f32[n,6,t] = Relu(%a) @relu
+      %s: f32[n,6,t] = Mul(%r, %half) @scale
+      %y: f32[n,6,?] = Conv(%s, %w2) {pads=[2, 2], strides=[2], group=2} @c2
+      %z: f32[n,6,t] = Add(%a, %row) @per_channel
+      return %y, %z }'''.replace("?", "floor((t - 1)/2) + 1"),
+        constants={k: RNG.standard_normal(shape).astype(np.float32)
+                   for k, shape in (("w", (6, 4, 3)), ("b", (6,)), ("w2", (6, 3, 5)), ("row", (6, 1)))})
+    after, log = _decomposed(graph)
+    ops = [n.op for n in after.nodes]
+    assert ops.count("Conv") == 2 and ops.count("Unsqueeze") == 1 and ops.count("Squeeze") == 2, ops
+    assert "taken fold_squeeze_pair at c2/rows (c2/rows, scale)" in log and "taken sink_squeeze at relu" in log
+    assert any(line.startswith("refused sink_squeeze at per_channel") for line in log)  # ([6, 1] broadcasts by rank)
+    x = RNG.standard_normal((2, 4, 11)).astype(np.float32)
+    want = md.compile(graph, target="reference").run({"x": x})
+    got = md.compile(after, target="reference").run({"x": x})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    for name, value in md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False).run(
+            {"x": x}).items():
+        np.testing.assert_allclose(value, want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_a_1d_conv_and_its_activation_run_as_one_2d_conv_group_on_x86_as_ort_computes() -> None:
+    from metadef.testing.onnx_cases import one_node_model
+    x = RNG.standard_normal((2, 8, 40)).astype(np.float32)
+    model = one_node_model("Conv", {"x": x}, {"w": RNG.standard_normal((16, 8, 5)).astype(np.float32) * 0.3,
+                                              "b": RNG.standard_normal(16).astype(np.float32)},
+                           opset=17, pads=[2, 2], strides=[2])
+    relu = onnx.helper.make_node("Relu", ["out0"], ["act"])
+    model.graph.node.append(relu)
+    model.graph.output[0].name = "act"
+    sess = md.compile(md.optimize(md.import_onnx(model), level="aggressive"), target="x86", cache=False)
+    assert [p.kind for p in sess.executable.plan] == ["view", "blas+generated epilogue", "view"]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run({"x": x})["act"], theirs[0], rtol=1e-4, atol=1e-5)
