@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from metadef.backends.x86.choice import Choice, attrs_of
-from metadef.backends.x86.movement import native_choice
+from metadef.backends.x86.movement import element_dtype, index_out_of_range, native_choice
 from metadef.backends.x86.native import Arg, Call, NativeStep, Shape
 from metadef.codegen.native import native_function
 from metadef.codegen.native_scatter import (
@@ -50,25 +50,8 @@ from metadef.ir import Node
 _REDUCED = "/".join(t.name for t in REDUCED_TYPES)
 
 
-def _element_type(node: Node) -> np.dtype | str:
-    """The data's dtype when the routines move it (fixed-size numbers of known ranks), or why not."""
-    types = [v.type for v in (*node.inputs, *node.outputs) if v is not None]
-    if any(t is None or t.shape is None for t in types):
-        return "a value's rank is unknown"
-    dtype = types[0].dtype.numpy
-    if dtype.kind not in "biufc" or dtype.itemsize == 0:
-        return f"{dtype} is not a fixed-size number"
-    return dtype
-
-
-def _out_of_range(node: Node, axis: int, size: int, index: int) -> str:
-    """The message of an index out of range for ``axis`` (``size`` entries) of the node's data."""
-    return (f"{node.op} {node.name}: index {index} is out of range for axis {axis} of %{node.inputs[0].name}, "
-            f"which has {size} entries (valid: {-size} to {size - 1}); check the values fed to the graph")
-
-
 def _elements_node(node: Node, scatter: bool) -> Choice | str:
-    dtype = _element_type(node)
+    dtype = element_dtype(node)
     if isinstance(dtype, str):
         return dtype
     attrs = attrs_of(node)
@@ -104,7 +87,7 @@ def _elements_node(node: Node, scatter: bool) -> Choice | str:
             args = (near, Arg("in", 1), Arg("out", 0), Arg("addr", status.ctypes.data))
             calls.append(Call(native_function(routine), args, dims, routine[3:].replace("_", " ")))
         return NativeStep(tuple(calls), keep=(status,),
-                          checks=((status, lambda index: _out_of_range(node, axis, data[axis], index)),))
+                          checks=((status, lambda index: index_out_of_range(node, axis, data[axis], index)),))
 
     what = f"{node.op}: {routine}" + (f" (reduction {reduction})" if reduction != "none" else "")
     return native_choice(node, f"{what}, each index checked", lower, routine, *(("md_copy",) if scatter else ()))
@@ -129,7 +112,7 @@ def scatter_elements_node(node: Node) -> Choice | str:
 
 
 def _nd_node(node: Node, scatter: bool) -> Choice | str:
-    dtype = _element_type(node)
+    dtype = element_dtype(node)
     if isinstance(dtype, str):
         return dtype
     attrs = attrs_of(node)
@@ -164,7 +147,7 @@ def _nd_node(node: Node, scatter: bool) -> Choice | str:
             calls.append(Call(native_function(routine), args, dims, routine[3:].replace("_", " ")))
 
         def why(index: int) -> str:  # (the routine wrote the axis, counted from the first indexed one)
-            return _out_of_range(node, b + int(words[2]), data[b + int(words[2])], index)
+            return index_out_of_range(node, b + int(words[2]), data[b + int(words[2])], index)
 
         return NativeStep(tuple(calls), keep=(words,), checks=((words[:2], why),))
 

@@ -60,16 +60,31 @@ def _copies(whole: Shape, parts: Sequence[Shape], axis: int, itemsize: int, conc
     return NativeStep(tuple(calls))
 
 
-def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
-    """(axis, itemsize) of a node moving numbers of a known size along its first input's
-    ``axis`` attribute (or ``axis``), or why not."""
+def element_dtype(node: Node) -> np.dtype | str:
+    """The dtype of a node's first input when native copies move it (fixed-size numbers, every
+    value of a known rank), or why not."""
     types = [v.type for v in (*node.inputs, *node.outputs) if v is not None]
     if any(t is None or t.shape is None for t in types):
         return "a value's rank is unknown"
     dtype = types[0].dtype.numpy
     if dtype.kind not in "biufc" or dtype.itemsize == 0:
         return f"{dtype} is not a fixed-size number"
-    rank = len(types[0].shape)
+    return dtype
+
+
+def index_out_of_range(node: Node, axis: int, size: int, index: int) -> str:
+    """The error of an index out of range for ``axis`` (``size`` entries) of the node's data."""
+    return (f"{node.op} {node.name}: index {index} is out of range for axis {axis} of %{node.inputs[0].name}, "
+            f"which has {size} entries (valid: {-size} to {size - 1}); check the values fed to the graph")
+
+
+def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
+    """(axis, itemsize) of a node moving numbers of a known size along its first input's
+    ``axis`` attribute (or ``axis``), or why not."""
+    dtype = element_dtype(node)
+    if isinstance(dtype, str):
+        return dtype
+    rank = len(next(v for v in (*node.inputs, *node.outputs) if v is not None).type.shape)
     axis = int(attrs_of(node)["axis"]) if axis is None else axis
     if not -rank <= axis < rank:
         return f"axis {axis} is outside rank {rank}"
@@ -253,7 +268,6 @@ def gather_node(node: Node) -> Choice | str:
     index_bytes = index_type.dtype.numpy.itemsize if index_type is not None else 0
     if index_bytes not in (4, 8):
         return "its indices are not int32 or int64"
-    data = node.inputs[0].name
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
@@ -266,8 +280,7 @@ def gather_node(node: Node) -> Choice | str:
         status = np.zeros(2, np.int64)
 
         def why(index: int) -> str:
-            return (f"Gather {node.name}: index {index} is out of range for axis {axis} of %{data}, which has "
-                    f"{rows} entries (valid: {-rows} to {rows - 1}); check the values fed to the graph")
+            return index_out_of_range(node, axis, rows, index)
 
         args = (Arg("in", 0), Arg("in", 1), Arg("out", 0), Arg("addr", status.ctypes.data))
         call = Call(native_function("md_gather"), args,
@@ -432,5 +445,6 @@ def inference_dropout(node: Node) -> Choice | str:
                    "md_copy_rows", "md_fill")
 
 
-__all__ = ["MAX_SLICE_CALLS", "concat_node", "gather_node", "inference_dropout", "native_choice", "nearest_resize_node",
-           "pad_node", "pad_planes_node", "shape_node", "slice_node", "split_node", "view_node"]
+__all__ = ["MAX_SLICE_CALLS", "concat_node", "element_dtype", "gather_node", "index_out_of_range", "inference_dropout",
+           "native_choice", "nearest_resize_node", "pad_node", "pad_planes_node", "shape_node", "slice_node",
+           "split_node", "view_node"]
