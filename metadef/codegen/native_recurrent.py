@@ -39,11 +39,15 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from metadef.codegen.native_ir import F32, I64, PTR, V8, _arg, _define, _elem, _loop, _share, _splat
+from metadef.codegen.native_ir import F32, I32, I64, PTR, V8, _arg, _define, _elem, _loop, _share, _splat
 from metadef.codegen.native_softmax import _exp, _intrinsic
 
-CELL_DIMS = ("cell", "batch", "hidden", "xw_ld", "hr_ld", "h_ld", "y_ld", "task", "tasks")
-"""The dims of the cell routines: args are ``[xw, hr, h_prev, c (LSTM; else null), y]``."""
+CELL_DIMS = ("cell", "batch", "hidden", "xw_ld", "hr_ld", "h_ld", "y_ld", "task", "tasks", "ragged", "t", "first")
+"""The dims of the cell routines: args are ``[xw, hr, h_prev, c (LSTM; else null), y]`` and,
+with ``ragged``, a sixth: the int32 length of each row's sequence. Then ``h_prev`` is the rows'
+state, updated in place where the step ``t`` is inside a row's sequence; a row past its end
+keeps its state and ``c`` and gets zeros in ``y``, and at the direction's ``first`` step a row
+of length 0 (or less) gets zero states (ONNX Runtime's last states of an empty sequence)."""
 
 CELLS = {"RNN": 0, "GRU": 1, "LSTM": 2, "GRU_RESET": 3, "GRU_UPDATE": 4}
 """The cell kinds the routines compute, by op (a GRU without ``linear_before_reset``:
@@ -57,7 +61,8 @@ TANH_SMALL = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422
 
 
 def cell_dims(op: str, batch: int, hidden: int, *, xw_ld: int | None = None, hr_ld: int | None = None,
-              h_ld: int | None = None, y_ld: int | None = None, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+              h_ld: int | None = None, y_ld: int | None = None, task: int = 0, tasks: int = 1,
+              ragged: bool = False, t: int = 0, first: bool = False) -> tuple[int, ...]:
     """The dims of one cell routine's call for ``op``'s cell (see :data:`CELL_DIMS`; the
     row strides default to packed rows).
 
@@ -67,7 +72,8 @@ def cell_dims(op: str, batch: int, hidden: int, *, xw_ld: int | None = None, hr_
     """
     width = GATES[op] * hidden
     values = {"cell": CELLS[op], "batch": batch, "hidden": hidden, "xw_ld": xw_ld or width, "hr_ld": hr_ld or width,
-              "h_ld": h_ld or hidden, "y_ld": y_ld or hidden, "task": task, "tasks": tasks}
+              "h_ld": h_ld or hidden, "y_ld": y_ld or hidden, "task": task, "tasks": tasks,
+              "ragged": int(ragged), "t": t, "first": int(first)}
     return tuple(values[d] for d in CELL_DIMS)
 
 
@@ -141,11 +147,30 @@ def cell_routine(op: str) -> str:
     return f"md_{op.lower()}_cell"
 
 
+def _length(b: ir.IRBuilder, ragged: ir.Value, lens: ir.Value, r: ir.Value) -> ir.Value:
+    """Row ``r``'s sequence length where ``ragged`` (an int32 of ``lens``), else 2**62 (every
+    step inside); the load sits behind the branch (``lens`` is null otherwise)."""
+    pre = b.block
+    with b.if_then(ragged):
+        loaded, inside = b.sext(b.load(b.gep(lens, [r], source_etype=I32), typ=I32), I64), b.block
+    length = b.phi(I64)
+    length.add_incoming(I64(1 << 62), pre)
+    length.add_incoming(loaded, inside)
+    return length
+
+
 def _recurrent_cell(module: ir.Module, name: str) -> None:
     b, args, dims = _define(module, name)
     xw, hr, h_prev, c, y = (_arg(b, args, i, PTR) for i in range(5))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(CELL_DIMS)}
     hidden = d["hidden"]
+    ragged = b.icmp_signed("!=", d["ragged"], I64(0))
+    pre = b.block
+    with b.if_then(ragged):  # (a sixth arg only where there is one)
+        given, inside = _arg(b, args, 5, PTR), b.block
+    lens = b.phi(PTR)
+    lens.add_incoming(ir.Constant(PTR, None), pre)
+    lens.add_incoming(given, inside)
     first, last = _share(b, d["batch"], d)
     blocks = b.sdiv(hidden, I64(8))
     after = b.append_basic_block("done")
@@ -170,13 +195,37 @@ def _recurrent_cell(module: ir.Module, name: str) -> None:
                             b.load(_elem(b, hr, b.add(rows["hr"], column)), typ=typ, align=4))
 
                 at_row = {"y": (y, b.add(rows["y"], j)), "c": (c, b.add(b.mul(r, hidden), j)),
-                          "hr_z": (hr, b.add(rows["hr"], j))}
-                for where, value in _cell(b, module, kind, at, typ).items():
+                          "hr_z": (hr, b.add(rows["hr"], j)), "state": (h_prev, b.add(rows["h"], j))}
+                stores = _cell(b, module, kind, at, typ)
+                if kind != "GRU_RESET":  # (ragged: the state in place too; read only when ragged)
+                    with b.if_then(ragged):
+                        base, index = at_row["state"]
+                        b.store(stores["y"], _elem(b, base, index), align=4)
+                for where, value in stores.items():
                     base, index = at_row[where]
                     b.store(value, _elem(b, base, index), align=4)
 
-            _loop(b, I64(0), blocks, lambda k: units(b.mul(k, I64(8)), V8))
-            _loop(b, b.mul(blocks, I64(8)), hidden, lambda j: units(j, F32))
+            def zeros(j: ir.Value, typ: ir.Type, wheres: tuple[str, ...]) -> None:
+                at_row = {"y": (y, rows["y"]), "state": (h_prev, rows["h"]), "c": (c, b.mul(r, hidden))}
+                zero = ir.Constant(typ, [0.0] * typ.count) if isinstance(typ, ir.VectorType) else F32(0.0)
+                for where in wheres:
+                    base, start = at_row[where]
+                    b.store(zero, _elem(b, base, b.add(start, j)), align=4)
+
+            def each(work: Callable[[ir.Value, ir.Type], None]) -> None:
+                _loop(b, I64(0), blocks, lambda k: work(b.mul(k, I64(8)), V8))
+                _loop(b, b.mul(blocks, I64(8)), hidden, lambda j: work(j, F32))
+
+            length = _length(b, ragged, lens, r)
+            with b.if_else(b.icmp_signed("<", d["t"], length)) as (inside_sequence, past_end):
+                with inside_sequence:
+                    each(units)
+                with past_end:  # (a ragged row past its end: GRU's reset half has nothing to do)
+                    if kind != "GRU_RESET":
+                        each(lambda j, typ: zeros(j, typ, ("y",)))
+                        empty = b.and_(b.icmp_signed("!=", d["first"], I64(0)), b.icmp_signed("<=", length, I64(0)))
+                        with b.if_then(empty):
+                            each(lambda j, typ: zeros(j, typ, ("state", "c") if kind == "LSTM" else ("state",)))
 
         _loop(b, first, last, row)
         b.branch(after)

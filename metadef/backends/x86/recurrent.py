@@ -2,15 +2,15 @@
 
 The reference runs a recurrence from Python, one numpy product and a dozen elementwise passes a
 time step (an LSTM of 32 steps over 8 x 256: 5.7x ONNX Runtime's time). :func:`recurrent_node`
-takes one with constant ``W``, ``R`` (and ``B``), the default activations and nothing the cells
-do not compute (``sequence_lens``, ``clip``, LSTM peepholes and ``input_forget``, a GRU without
-``linear_before_reset``) and lays it out, once the binding's sequence length and batch are
-known, as calls of the native program, per direction:
+takes one with the default activations and nothing the cells do not compute (``clip``, LSTM
+peepholes and ``input_forget``) and lays it out, once the binding's sequence length and batch
+are known, as calls of the native program, per direction:
 
 - one ``md_gemm`` for the input projection of every step, ``X W^T + Wb`` (weights packed once;
   OpenBLAS's sgemm where the weights are fed at run time);
 - per time step, in the direction's order, ``md_gemm`` for ``H_{t-1} R^T + Rb`` reading the
-  previous step's rows of ``Y`` in place, then the cell routine (``md_lstm_cell``, ...)
+  previous step's rows of ``Y`` in place (ragged sequences, ``sequence_lens``: a state buffer
+  that a row past its end keeps), then the cell routine (``md_lstm_cell``, ...)
   (:mod:`metadef.codegen.native_recurrent`) writing the step's rows of ``Y`` (and the LSTM cell
   state, kept in a scratch buffer);
 - the last states copied to ``Y_h`` (and ``Y_c``).
@@ -128,8 +128,6 @@ def _unsupported(node: Node, attrs: Mapping[str, object]) -> str | None:
     if any(v is None or v.type is None or v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape)
            for v in node.inputs[1:3]):
         return f"{op} whose W or R has a shape not known before running"
-    if given[4]:
-        return f"{op} with sequence_lens (ragged sequences)"
     if op == "LSTM" and given[7]:
         return "LSTM with peepholes (P)"
     if attrs.get("clip") is not None:
@@ -176,6 +174,7 @@ def recurrent_node(node: Node) -> Choice | str:
     batch_first = attrs["layout"] == 1
     reverse = attrs["direction"] == "reverse"
     outputs = len(node.outputs)
+    ragged = given[4]
 
     def calls(steps: int, batch: int, side_by_side: bool = False
               ) -> tuple[list[Call], tuple[int, ...], tuple[np.ndarray, ...]]:
@@ -190,6 +189,9 @@ def recurrent_node(node: Node) -> Choice | str:
         step_at, row_at = (1, steps) if batch_first else (batch, 1)
         state_ld = dirs * hidden if batch_first else hidden  # initial_h / Y_h rows
         kept = 3 if op == "LSTM" or split else 2  # (LSTM's c; a split GRU's r * h)
+        # ragged sequences: the state in its own buffer (a row past its end keeps it), after the rest
+        buffers = kept + int(ragged)
+        lens = (Arg("in", 4),) if ragged else ()
 
         def cell_call(kind: str, args: tuple[Arg, ...], dims: dict[str, int]) -> Call:
             def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -201,7 +203,7 @@ def recurrent_node(node: Node) -> Choice | str:
                         f"{op} cell", tasks)
 
         for d in range(dirs):
-            base = kept * d if side_by_side else 0
+            base = buffers * d if side_by_side else 0
             xw, hr = Arg("scratch", base), Arg("scratch", base + 1)
             cell = Arg("scratch", base + 2) if kept == 3 else NULL
             out: list[Call] = []
@@ -215,26 +217,36 @@ def recurrent_node(node: Node) -> Choice | str:
                                 (batch, hidden * f, (state_ld if given[6] else hidden) * f, hidden * f),
                                 "LSTM initial cell state"))
             h, h_ld = (Arg("in", 5).at(state_at), state_ld) if given[5] else (Arg("addr", zeros.ctypes.data), hidden)
+            if ragged:
+                state = Arg("scratch", base + kept)
+                out.append(Call(native_function("md_copy_rows"), (h, state), (batch, hidden * f, h_ld * f, hidden * f),
+                                f"{op} initial state"))
+                h, h_ld = state, hidden
             # Y [seq, dirs, batch, hidden] (layout 0) or [batch, seq, dirs, hidden] (layout 1)
             y_ld, y_step = (steps * dirs * hidden, hidden) if batch_first else (hidden, batch * hidden)
             order = range(steps - 1, -1, -1) if reverse or d == 1 else range(steps)
             for t in order:
                 y = Arg("out", 0).at((t * dirs + d) * y_step * f)
-                xw_t, dims = xw.at(t * step_at * size * f), {"xw_ld": row_at * size, "h_ld": h_ld, "y_ld": y_ld}
+                xw_t = xw.at(t * step_at * size * f)
+                dims = {"xw_ld": row_at * size, "h_ld": h_ld, "y_ld": y_ld, "ragged": ragged, "t": t,
+                        "first": t == order[0]}
                 out.append(over[0].call(h, hr, batch, h_ld, f"{op} recurrence", ldy=size))
                 if split:  # z over hr_z and r * h into the scratch rows, their product, then h
-                    out.append(cell_call("GRU_RESET", (xw_t, hr, h, NULL, cell), {**dims, "y_ld": hidden}))
+                    out.append(cell_call("GRU_RESET", (xw_t, hr, h, NULL, cell, *lens), {**dims, "y_ld": hidden}))
                     out.append(over[1].call(cell, hr.at(2 * hidden * f), batch, hidden, "GRU reset recurrence",
                                             ldy=size))
-                    out.append(cell_call("GRU_UPDATE", (xw_t, hr, h, NULL, y), dims))
+                    out.append(cell_call("GRU_UPDATE", (xw_t, hr, h, NULL, y, *lens), dims))
                 else:
-                    out.append(cell_call(op, (xw_t, hr, h, cell, y), dims))
-                h, h_ld = y, y_ld
+                    out.append(cell_call(op, (xw_t, hr, h, cell, y, *lens), dims))
+                if not ragged:  # (the next step reads this one's rows of Y; ragged: the state buffer)
+                    h, h_ld = y, y_ld
             finals = [(h, h_ld)] + ([(cell, hidden)] if op == "LSTM" else [])
             for k, (source, ld) in enumerate(finals[:outputs - 1]):
                 out.append(Call(native_function("md_copy_rows"), (source, Arg("out", k + 1).at(state_at)),
                                 (batch, hidden * f, ld * f, state_ld * f), f"{op} last state"))
-        scratch = (x_rows * size * f, batch * size * f, batch * hidden * f)[:kept] * (dirs if side_by_side else 1)
+        sizes = (x_rows * size * f, batch * size * f, batch * hidden * f)[:kept] \
+            + ((batch * hidden * f,) if ragged else ())
+        scratch = sizes * (dirs if side_by_side else 1)
         if side_by_side:
             return [sequence(chains[0]), sequence(chains[1], joins=True)], scratch, (zeros,)
         return [c for chain in chains for c in chain], scratch, (zeros,)

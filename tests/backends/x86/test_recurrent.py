@@ -139,14 +139,35 @@ def test_other_recurrent_layers_run_their_reference_and_say_why(op: str, attrs: 
         np.testing.assert_array_equal(got[name], want[name])
 
 
-def test_ragged_sequences_run_their_reference() -> None:
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "GRU0", "RNN"])
+@pytest.mark.parametrize(("direction", "layout"), [("forward", 0), ("reverse", 1), ("bidirectional", 0)])
+def test_ragged_sequences_keep_each_rows_last_state(op: str, direction: str, layout: int) -> None:
+    """``sequence_lens``: a row past its end keeps its state (and LSTM's cell) and gets zeros in
+    Y; a row of length 0 ends in zero states; the reverse direction starts at each row's end."""
+    dirs, hidden = (2 if direction == "bidirectional" else 1), 9
+    size = GATES[op.rstrip("0")] * hidden
     g = GraphBuilder("ragged")
-    x, lens = g.input("x", parse_type("f32[seq,n,3]")), g.input("lens", parse_type("i32[n]"))
-    w, r = (g.const(k, (RNG.standard_normal((1, 4, s)) * 0.3).astype(np.float32)) for k, s in (("w", 3), ("r", 4)))
-    y, = g.node("RNN", [x, w, r, None, lens], {"hidden_size": 4})
-    g.output(y)
-    sess = md.compile(g.build(), target="x86", cache=False)
-    assert "RNN with sequence_lens" in sess.executable.plan[0].reason
+    x = g.input("x", parse_type(f"f32[{'n,seq' if layout else 'seq,n'},3]"))
+    lens, h0 = g.input("lens", parse_type("i32[n]")), g.input("h0", parse_type(
+        f"f32[{'n,' + str(dirs) if layout else str(dirs) + ',n'},{hidden}]"))
+    w, r = (g.const(k, (RNG.standard_normal((dirs, size, s)) * 0.4).astype(np.float32)) for k, s in (("w", 3),
+                                                                                                   ("r", hidden)))
+    attrs = {"hidden_size": hidden, "direction": direction, "layout": layout,
+             **({"linear_before_reset": int(op == "GRU")} if op.startswith("GRU") else {})}
+    outs = g.node(op.rstrip("0"), [x, w, r, None, lens, h0], attrs,
+                  outputs=["y", "y_h", "y_c"][:3 if op == "LSTM" else 2])
+    for v in outs:
+        g.output(v)
+    graph = g.build()
+    sess, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
+    assert sess.executable.plan[0].reason.endswith("(our kernels)")
+    for threads_sess in (sess, md.compile(graph, target="x86", cache=False, threads=2)):
+        for seq in (6, 1):
+            feeds = _feeds(graph, seq, 5)
+            feeds["lens"] = np.array([seq, 0, max(seq - 2, 0), 1, seq], np.int32)
+            got, want = threads_sess.run(feeds), ref.run(feeds)
+            for name in want:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
