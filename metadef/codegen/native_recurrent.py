@@ -10,6 +10,8 @@ projection ``hr`` (``H_{t-1} R^T + Rb``), both ``[batch, gates * hidden]`` (rows
                     h = (1 - z) n + z h_prev                       (linear_before_reset = 1)
     LSTM  (cell 2): i, o, f = sigmoid(xw + hr) of gates 0, 1, 2, g = tanh(xw_c + hr_c),
                     c = f c + i g (in place), h = o tanh(c)
+    LSTM with peepholes (cell 5, ``md_lstm_peephole_cell``): ``P [3 * hidden]`` (i, o, f) adds
+                    P_i c and P_f c (the previous c) to gates i and f, P_o c (the new c) to o
 
 and a GRU with ``linear_before_reset = 0`` (ONNX's default), whose reset gate scales the state
 before its product, in two halves around that product: cell 3 writes ``z`` over ``hr_z`` and
@@ -44,16 +46,17 @@ from metadef.codegen.native_softmax import _exp, _intrinsic
 
 CELL_DIMS = ("cell", "batch", "hidden", "xw_ld", "hr_ld", "h_ld", "y_ld", "task", "tasks", "ragged", "t", "first")
 """The dims of the cell routines: args are ``[xw, hr, h_prev, c (LSTM; else null), y]`` and,
-with ``ragged``, a sixth: the int32 length of each row's sequence. Then ``h_prev`` is the rows'
+with ``ragged``, a sixth: the int32 length of each row's sequence (the peephole cell's seventh,
+always: its ``P``). Then ``h_prev`` is the rows'
 state, updated in place where the step ``t`` is inside a row's sequence; a row past its end
 keeps its state and ``c`` and gets zeros in ``y``, and at the direction's ``first`` step a row
 of length 0 (or less) gets zero states (ONNX Runtime's last states of an empty sequence)."""
 
-CELLS = {"RNN": 0, "GRU": 1, "LSTM": 2, "GRU_RESET": 3, "GRU_UPDATE": 4}
+CELLS = {"RNN": 0, "GRU": 1, "LSTM": 2, "GRU_RESET": 3, "GRU_UPDATE": 4, "LSTM_PEEPHOLE": 5}
 """The cell kinds the routines compute, by op (a GRU without ``linear_before_reset``:
 its two halves)."""
 
-GATES = {"RNN": 1, "GRU": 3, "LSTM": 4, "GRU_RESET": 3, "GRU_UPDATE": 3}
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4, "GRU_RESET": 3, "GRU_UPDATE": 3, "LSTM_PEEPHOLE": 4}
 """Gates a cell's projections hold, by op."""
 
 TANH_SMALL = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
@@ -107,7 +110,8 @@ def _tanh(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
 def _cell(b: ir.IRBuilder, module: ir.Module, kind: str, at: Callable[[int, ir.Type], tuple[ir.Value, ...]],
           typ: ir.Type) -> dict[str, ir.Value]:
     """One cell's units (a vector or one) from ``at(gate, typ)`` = ``(xw, hr)`` of that gate
-    and ``at(-1, typ)`` = ``(h_prev, c)``: what to store, by where (``y``, ``c``, ``hr_z``)."""
+    and ``at(-1, typ)`` = ``(h_prev, c)`` (``at(-2, typ)``: the peepholes ``(P_i, P_o, P_f)``):
+    what to store, by where (``y``, ``c``, ``hr_z``)."""
     def gate(k: int) -> ir.Value:
         xw, hr = at(k, typ)
         return b.fadd(xw, hr)
@@ -126,23 +130,30 @@ def _cell(b: ir.IRBuilder, module: ir.Module, kind: str, at: Callable[[int, ir.T
         return {"y": b.fadd(n, b.fmul(z, b.fsub(h_prev, n)))}  # (1 - z) n + z h
     if kind == "GRU_RESET":
         return {"hr_z": _sigmoid(b, module, gate(0)), "y": b.fmul(_sigmoid(b, module, gate(1)), h_prev)}
+    if kind == "LSTM_PEEPHOLE":
+        p_i, p_o, p_f = at(-2, typ)
+        i = _sigmoid(b, module, b.fadd(gate(0), b.fmul(p_i, c)))
+        f = _sigmoid(b, module, b.fadd(gate(2), b.fmul(p_f, c)))
+        cell = b.fadd(b.fmul(f, c), b.fmul(i, _tanh(b, module, gate(3))))
+        o = _sigmoid(b, module, b.fadd(gate(1), b.fmul(p_o, cell)))
+        return {"y": b.fmul(o, _tanh(b, module, cell)), "c": cell}
     i, o, f = (_sigmoid(b, module, gate(k)) for k in range(3))
     cell = b.fadd(b.fmul(f, c), b.fmul(i, _tanh(b, module, gate(3))))
     return {"y": b.fmul(o, _tanh(b, module, cell)), "c": cell}
 
 
 CELL_ROUTINES = {"md_rnn_cell": ("RNN",), "md_gru_cell": ("GRU", "GRU_RESET", "GRU_UPDATE"),
-                 "md_lstm_cell": ("LSTM",)}
+                 "md_lstm_cell": ("LSTM",), "md_lstm_peephole_cell": ("LSTM_PEEPHOLE",)}
 """The cell routines and the cell kinds each computes (a model compiles the ones it has: the
 five kinds in one routine were 440 ms of LLVM)."""
 
 
 def cell_routine(op: str) -> str:
-    """The routine computing ``op``'s cells (RNN, GRU, LSTM).
+    """The routine computing ``op``'s cells (RNN, GRU, LSTM, LSTM_PEEPHOLE).
 
     Example:
-        >>> cell_routine("GRU")
-        'md_gru_cell'
+        >>> cell_routine("GRU"), cell_routine("LSTM_PEEPHOLE")
+        ('md_gru_cell', 'md_lstm_peephole_cell')
     """
     return f"md_{op.lower()}_cell"
 
@@ -171,6 +182,7 @@ def _recurrent_cell(module: ir.Module, name: str) -> None:
     lens = b.phi(PTR)
     lens.add_incoming(ir.Constant(PTR, None), pre)
     lens.add_incoming(given, inside)
+    peepholes = _arg(b, args, 6, PTR) if "LSTM_PEEPHOLE" in CELL_ROUTINES[name] else None
     first, last = _share(b, d["batch"], d)
     blocks = b.sdiv(hidden, I64(8))
     after = b.append_basic_block("done")
@@ -185,10 +197,14 @@ def _recurrent_cell(module: ir.Module, name: str) -> None:
 
             def units(j: ir.Value, typ: ir.Type) -> None:
                 def at(k: int, typ: ir.Type) -> tuple[ir.Value, ...]:
+                    if k == -2:
+                        assert peepholes is not None
+                        return tuple(b.load(_elem(b, peepholes, b.add(b.mul(I64(g), hidden), j)), typ=typ, align=4)
+                                     for g in range(3))
                     if k < 0:
                         state = b.load(_elem(b, h_prev, b.add(rows["h"], j)), typ=typ, align=4)
                         cell = b.load(_elem(b, c, b.add(b.mul(r, hidden), j)), typ=typ, align=4) \
-                            if kind == "LSTM" else None
+                            if kind.startswith("LSTM") else None
                         return state, cell
                     column = b.add(b.mul(I64(k), hidden), j)
                     return (b.load(_elem(b, xw, b.add(rows["xw"], column)), typ=typ, align=4),
@@ -224,8 +240,9 @@ def _recurrent_cell(module: ir.Module, name: str) -> None:
                     if kind != "GRU_RESET":
                         each(lambda j, typ: zeros(j, typ, ("y",)))
                         empty = b.and_(b.icmp_signed("!=", d["first"], I64(0)), b.icmp_signed("<=", length, I64(0)))
+                        kept = ("state", "c") if kind.startswith("LSTM") else ("state",)
                         with b.if_then(empty):
-                            each(lambda j, typ: zeros(j, typ, ("state", "c") if kind == "LSTM" else ("state",)))
+                            each(lambda j, typ: zeros(j, typ, kept))
 
         _loop(b, first, last, row)
         b.branch(after)

@@ -2,8 +2,8 @@
 
 The reference runs a recurrence from Python, one numpy product and a dozen elementwise passes a
 time step (an LSTM of 32 steps over 8 x 256: 5.7x ONNX Runtime's time). :func:`recurrent_node`
-takes one with the default activations and nothing the cells do not compute (``clip``, LSTM
-peepholes and ``input_forget``) and lays it out, once the binding's sequence length and batch
+takes one with the default activations and nothing the cells do not compute (``clip``, LSTM's
+``input_forget``) and lays it out, once the binding's sequence length and batch
 are known, as calls of the native program, per direction:
 
 - one ``md_gemm`` for the input projection of every step, ``X W^T + Wb`` (weights packed once;
@@ -121,15 +121,12 @@ _AnyProduct = _Product | _BlasProduct
 def _unsupported(node: Node, attrs: Mapping[str, object]) -> str | None:
     """Why the native calls do not compute this node (None: they do)."""
     op = node.op
-    given = [v is not None for v in node.inputs] + [False] * 8
     x = node.inputs[0]
     if x is None or x.type is None or x.type.dtype.numpy != np.float32:
         return f"{op} of a dtype other than float32"
     if any(v is None or v.type is None or v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape)
            for v in node.inputs[1:3]):
         return f"{op} whose W or R has a shape not known before running"
-    if op == "LSTM" and given[7]:
-        return "LSTM with peepholes (P)"
     if attrs.get("clip") is not None:
         return f"{op} with clip"
     if op == "LSTM" and attrs.get("input_forget"):
@@ -175,6 +172,8 @@ def recurrent_node(node: Node) -> Choice | str:
     reverse = attrs["direction"] == "reverse"
     outputs = len(node.outputs)
     ragged = given[4]
+    peepholes = op == "LSTM" and given[7]
+    cells = "LSTM_PEEPHOLE" if peepholes else op  # (the cell kind: its routine is compiled alone)
 
     def calls(steps: int, batch: int, side_by_side: bool = False
               ) -> tuple[list[Call], tuple[int, ...], tuple[np.ndarray, ...]]:
@@ -199,7 +198,7 @@ def recurrent_node(node: Node) -> Choice | str:
                     return None
                 return [cell_dims(kind, batch, hidden, **dims, task=k, tasks=count) for k in range(count)]
 
-            return Call(native_function(cell_routine(op)), args, cell_dims(kind, batch, hidden, **dims),
+            return Call(native_function(cell_routine(cells)), args, cell_dims(kind, batch, hidden, **dims),
                         f"{op} cell", tasks)
 
         for d in range(dirs):
@@ -237,7 +236,8 @@ def recurrent_node(node: Node) -> Choice | str:
                                             ldy=size))
                     out.append(cell_call("GRU_UPDATE", (xw_t, hr, h, NULL, y, *lens), dims))
                 else:
-                    out.append(cell_call(op, (xw_t, hr, h, cell, y, *lens), dims))
+                    extra = (lens[0] if lens else NULL, Arg("in", 7).at(4 * 3 * hidden * d)) if peepholes else lens
+                    out.append(cell_call(cells, (xw_t, hr, h, cell, y, *extra), dims))
                 if not ragged:  # (the next step reads this one's rows of Y; ragged: the state buffer)
                     h, h_ld = y, y_ld
             finals = [(h, h_ld)] + ([(cell, hidden)] if op == "LSTM" else [])
@@ -283,8 +283,8 @@ def recurrent_node(node: Node) -> Choice | str:
         return results
 
     products_by = "md_gemm" if isinstance(products[0][0], _Product) else "sgemm"
-    reason = f"{op}: {products_by} products and {cell_routine(op)} steps (our kernels)"
-    return Choice(run, "native", reason, native=needing(lower, *ROUTINES, cell_routine(op)))
+    reason = f"{op}: {products_by} products and {cell_routine(cells)} steps (our kernels)"
+    return Choice(run, "native", reason, native=needing(lower, *ROUTINES, cell_routine(cells)))
 
 
 __all__ = ["recurrent_node"]

@@ -124,6 +124,32 @@ def test_only_the_last_state_wanted() -> None:
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_lstm_peepholes_run_their_own_cell(ragged: bool) -> None:
+    """LSTM's peepholes ``P`` (i, o, f) through ``md_lstm_peephole_cell``, with ragged sequences
+    too, in both directions: the reference's answers."""
+    hidden = 7
+    g = GraphBuilder("peep")
+    x = g.input("x", parse_type("f32[seq,n,3]"))
+    w, r = (g.const(k, (RNG.standard_normal((2, 4 * hidden, s)) * 0.4).astype(np.float32)) for k, s in (("w", 3),
+                                                                                                     ("r", hidden)))
+    p = g.const("p", RNG.standard_normal((2, 3 * hidden)).astype(np.float32))
+    lens = g.input("lens", parse_type("i32[n]")) if ragged else None
+    outs = g.node("LSTM", [x, w, r, None, lens, None, None, p], {"hidden_size": hidden, "direction": "bidirectional"},
+                  outputs=["y", "y_h", "y_c"])
+    for v in outs:
+        g.output(v)
+    graph = g.build()
+    sess, ref = md.compile(graph, target="x86", cache=False), md.compile(graph, target="reference")
+    assert sess.executable.plan[0].reason == "LSTM: md_gemm products and md_lstm_peephole_cell steps (our kernels)"
+    feeds = _feeds(graph, 6, 4)
+    if ragged:
+        feeds["lens"] = np.array([6, 0, 3, 1], np.int32)
+    got, want = sess.run(feeds), ref.run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.parametrize(("op", "attrs", "why"), [
     ("LSTM", {"clip": 1.0}, "LSTM with clip"),
     ("LSTM", {"input_forget": 1}, "LSTM with input_forget"),
