@@ -117,6 +117,10 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
             "GatherND", (8, 128, 768), RNG.integers(0, 128, (8, 16, 1)), batch_dims=1),
         "ScatterND [64,1000], 16 rows": _indexing("ScatterND", (64, 1000), RNG.permutation(64)[:16].reshape(16, 1),
                                                  RNG.standard_normal((16, 1000)).astype(np.float32)),
+        "Conv3d 16->16, 3x3x3, [2,16,16,32,32]": _one("Conv", (2, 16, 16, 32, 32), {
+            "w": (RNG.standard_normal((16, 16, 3, 3, 3)) * 0.05).astype(np.float32)}, pads=[1] * 6),
+        "Conv1d 256->256, k3, [8,256,1000]": _one("Conv", (8, 256, 1000), {
+            "w": (RNG.standard_normal((256, 256, 3)) * 0.05).astype(np.float32)}, pads=[1, 1]),
         "LSTM 32 steps, [8,256] -> 256": _recurrent("LSTM", 32, 8, 256, 256),
         "LSTM 100 steps, [1,64] -> 128": _recurrent("LSTM", 100, 1, 64, 128),
         "GRU 32 steps, [8,256] -> 256 (PyTorch's)": _recurrent("GRU", 32, 8, 256, 256, linear_before_reset=1),

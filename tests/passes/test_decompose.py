@@ -140,3 +140,40 @@ def test_a_1d_conv_and_its_activation_run_as_one_2d_conv_group_on_x86_as_ort_com
     assert [p.kind for p in sess.executable.plan] == ["view", "blas+generated epilogue", "view"]
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(sess.run({"x": x})["act"], theirs[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "bias"), [
+    ((2, 4, 6, 9, 8), (5, 4, 3, 3, 3), {"pads": [1] * 6}, False),
+    ((1, 4, 9, 10, 7), (6, 4, 3, 3, 2), {"pads": [1, 0, 1, 2, 1, 0], "strides": [2, 1, 2]}, True),
+    ((2, 6, 10, 8, 8), (4, 3, 2, 3, 3), {"dilations": [2, 1, 2], "group": 2, "pads": [0, 1, 2, 0, 1, 2]}, True),
+    ((1, 3, 5, 6, 6), (2, 3, 1, 1, 1), {}, False),
+])
+def test_conv3d_as_2d_convs_over_depth_taps(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict,
+                                           bias: bool) -> None:
+    """A 3-D conv (strides, pads, dilations, groups, a bias) as one 2-D conv a depth tap over the
+    volume's planes: the reference's answers, and ONNX Runtime's through x86 at two batches."""
+    from metadef.testing.onnx_cases import one_node_model
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    consts = {"w": (RNG.standard_normal(w_shape) * 0.3).astype(np.float32),
+              **({"b": RNG.standard_normal(w_shape[0]).astype(np.float32)} if bias else {})}
+    model = one_node_model("Conv", {"x": x}, consts, opset=17, **attrs)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"  # (the batch may vary)
+    graph = md.import_onnx(model)
+    after, log = _decomposed(graph)
+    assert log[0] == "taken conv3d_as_conv2d at Conv_0" and [n.op for n in after.nodes].count("Conv") == w_shape[2]
+    want = md.compile(graph, target="reference").run({"x": x})["out0"]
+    np.testing.assert_allclose(md.compile(after, target="reference").run({"x": x})["out0"], want, rtol=1e-5, atol=1e-5)
+    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        xb = RNG.standard_normal((batch, *x_shape[1:])).astype(np.float32)
+        np.testing.assert_allclose(sess.run({"x": xb})["out0"], oracle.run(None, {"x": xb})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_conv3d_over_an_unknown_volume_is_refused() -> None:
+    graph = parse_graph('''graph g(%x: f32[n,2,d,4,4]) -> (%y) {
+      %w: f32[3,2,3,3,3] = const
+      %y: f32[n,3,d,4,4] = Conv(%x, %w) {pads=[1, 1, 1, 1, 1, 1]} @c3
+      return %y }''', constants={"w": np.ones((3, 2, 3, 3, 3), np.float32)})
+    after, log = _decomposed(graph)
+    assert [n.op for n in after.nodes] == ["Conv"] and log[0].startswith("refused conv3d_as_conv2d at c3")
