@@ -267,7 +267,8 @@ def recurrent_node(node: Node) -> Choice | str:
         x = args[0]
         if x is None or x.ndim != 3 or 0 in shape_of(x.shape):
             return list(recurrent_reference(DEFAULTS[op], list(args), attrs))
-        arrays = [None if a is None else np.ascontiguousarray(a, np.float32) for a in args]
+        arrays = [None if a is None else np.ascontiguousarray(a, np.int32 if i == 4 else np.float32)
+                  for i, a in enumerate(args)]  # (sequence_lens: int32)
         results = [np.empty(tuple(t.shape), np.float32) for t in out_types]
         found, scratch, _ = calls(*shape_of(x.shape))
         buffers = [np.empty(max(size, 4), np.uint8) for size in scratch]

@@ -194,6 +194,11 @@ def test_ragged_sequences_keep_each_rows_last_state(op: str, direction: str, lay
             got, want = threads_sess.run(feeds), ref.run(feeds)
             for name in want:
                 np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    feeds = _feeds(graph, 6, 4)
+    feeds["lens"] = np.array([6, 0, 4, 1], np.int32)
+    steps = sess.executable.run_steps(feeds, {"seq": 6, "n": 4})  # (node by node: the same calls from Python)
+    for got, want in zip(steps, ref.run(feeds).values()):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
