@@ -119,6 +119,8 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
                                                  RNG.standard_normal((16, 1000)).astype(np.float32)),
         "Conv3d 16->16, 3x3x3, [2,16,16,32,32]": _one("Conv", (2, 16, 16, 32, 32), {
             "w": (RNG.standard_normal((16, 16, 3, 3, 3)) * 0.05).astype(np.float32)}, pads=[1] * 6),
+        "Conv 3x3 dilation 2, 64->64, [8,64,56,56] (DeepLab)": _one("Conv", (8, 64, 56, 56), {
+            "w": (RNG.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32)}, pads=[2] * 4, dilations=[2, 2]),
         "Conv1d 256->256, k3, [8,256,1000]": _one("Conv", (8, 256, 1000), {
             "w": (RNG.standard_normal((256, 256, 3)) * 0.05).astype(np.float32)}, pads=[1, 1]),
         "LSTM 32 steps, [8,256] -> 256": _recurrent("LSTM", 32, 8, 256, 256),

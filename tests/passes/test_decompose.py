@@ -177,3 +177,45 @@ def test_conv3d_over_an_unknown_volume_is_refused() -> None:
       return %y }''', constants={"w": np.ones((3, 2, 3, 3, 3), np.float32)})
     after, log = _decomposed(graph)
     assert [n.op for n in after.nodes] == ["Conv"] and log[0].startswith("refused conv3d_as_conv2d at c3")
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "bias"), [
+    ((2, 8, 32, 32), (6, 8, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True),
+    ((1, 8, 48, 63), (4, 8, 3, 3), {"dilations": [3, 3], "pads": [3, 0, 0, 3]}, False),
+    ((1, 8, 32, 32), (8, 2, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2], "group": 4}, True),
+])
+def test_dilated_conv_as_a_dense_conv_over_the_input_phases(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                                                           attrs: dict, bias: bool) -> None:
+    from metadef.testing.onnx_cases import one_node_model
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    consts = {"w": (RNG.standard_normal(w_shape) * 0.3).astype(np.float32),
+              **({"b": RNG.standard_normal(w_shape[0]).astype(np.float32)} if bias else {})}
+    model = one_node_model("Conv", {"x": x}, consts, opset=17, **attrs)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    graph = md.import_onnx(model)
+    after, log = _decomposed(graph)
+    assert log[0] == "taken dilated_as_dense at Conv_0"
+    assert [n.op for n in after.nodes if n.op == "Conv"] == ["Conv"] and "dilations" not in next(
+        n for n in after.nodes if n.op == "Conv").attrs
+    want = md.compile(graph, target="reference").run({"x": x})["out0"]
+    np.testing.assert_allclose(md.compile(after, target="reference").run({"x": x})["out0"], want, rtol=1e-5, atol=1e-5)
+    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 2):
+        xb = RNG.standard_normal((batch, *x_shape[1:])).astype(np.float32)
+        np.testing.assert_allclose(sess.run({"x": xb})["out0"], oracle.run(None, {"x": xb})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("x_shape", "attrs", "why"), [
+    ((1, 4, 20, 24), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, "its phases would be 10x12 planes"),
+    ((1, 4, 33, 32), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, "are not known multiples of its dilation 2"),
+    ((1, 4, 32, 32), {"dilations": [2, 2], "pads": [1, 1, 1, 1]}, "are not known multiples of its dilation 2"),
+])
+def test_dilated_convs_that_do_not_split_into_phases_stay(x_shape: tuple[int, ...], attrs: dict, why: str) -> None:
+    from metadef.testing.onnx_cases import one_node_model
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    model = one_node_model("Conv", {"x": x}, {"w": RNG.standard_normal((3, 4, 3, 3)).astype(np.float32)}, opset=17,
+                           **attrs)
+    after, log = _decomposed(md.import_onnx(model))
+    assert [n.op for n in after.nodes] == ["Conv"] and log[0].startswith("refused dilated_as_dense at Conv_0") \
+        and why in log[0]
