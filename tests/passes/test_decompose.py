@@ -128,7 +128,6 @@ def test_conv1d_runs_as_conv2d_with_its_activation_fused_and_rows_between_convs_
 
 
 def test_a_1d_conv_and_its_activation_run_as_one_2d_conv_group_on_x86_as_ort_computes() -> None:
-    from metadef.testing.onnx_cases import one_node_model
     x = RNG.standard_normal((2, 8, 40)).astype(np.float32)
     model = one_node_model("Conv", {"x": x}, {"w": RNG.standard_normal((16, 8, 5)).astype(np.float32) * 0.3,
                                               "b": RNG.standard_normal(16).astype(np.float32)},
@@ -142,6 +141,27 @@ def test_a_1d_conv_and_its_activation_run_as_one_2d_conv_group_on_x86_as_ort_com
     np.testing.assert_allclose(sess.run({"x": x})["act"], theirs[0], rtol=1e-4, atol=1e-5)
 
 
+def _conv_decomposed_as_the_original_computes(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict,
+                                              bias: bool) -> tuple[md.Graph, list[str]]:
+    """A one-Conv model (its batch symbolic) decomposed: the graph and the log, after checking
+    it on the reference against the original, and through x86 at two batches against ORT."""
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    consts = {"w": (RNG.standard_normal(w_shape) * 0.3).astype(np.float32),
+              **({"b": RNG.standard_normal(w_shape[0]).astype(np.float32)} if bias else {})}
+    model = one_node_model("Conv", {"x": x}, consts, opset=17, **attrs)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"  # (the batch may vary)
+    graph = md.import_onnx(model)
+    after, log = _decomposed(graph)
+    want = md.compile(graph, target="reference").run({"x": x})["out0"]
+    np.testing.assert_allclose(md.compile(after, target="reference").run({"x": x})["out0"], want, rtol=1e-5, atol=1e-5)
+    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        xb = RNG.standard_normal((batch, *x_shape[1:])).astype(np.float32)
+        np.testing.assert_allclose(sess.run({"x": xb})["out0"], oracle.run(None, {"x": xb})[0], rtol=1e-4, atol=1e-4)
+    return after, log
+
+
 @pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "bias"), [
     ((2, 4, 6, 9, 8), (5, 4, 3, 3, 3), {"pads": [1] * 6}, False),
     ((1, 4, 9, 10, 7), (6, 4, 3, 3, 2), {"pads": [1, 0, 1, 2, 1, 0], "strides": [2, 1, 2]}, True),
@@ -152,22 +172,8 @@ def test_conv3d_as_2d_convs_over_depth_taps(x_shape: tuple[int, ...], w_shape: t
                                            bias: bool) -> None:
     """A 3-D conv (strides, pads, dilations, groups, a bias) as one 2-D conv a depth tap over the
     volume's planes: the reference's answers, and ONNX Runtime's through x86 at two batches."""
-    from metadef.testing.onnx_cases import one_node_model
-    x = RNG.standard_normal(x_shape).astype(np.float32)
-    consts = {"w": (RNG.standard_normal(w_shape) * 0.3).astype(np.float32),
-              **({"b": RNG.standard_normal(w_shape[0]).astype(np.float32)} if bias else {})}
-    model = one_node_model("Conv", {"x": x}, consts, opset=17, **attrs)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"  # (the batch may vary)
-    graph = md.import_onnx(model)
-    after, log = _decomposed(graph)
+    after, log = _conv_decomposed_as_the_original_computes(x_shape, w_shape, attrs, bias)
     assert log[0] == "taken conv3d_as_conv2d at Conv_0" and [n.op for n in after.nodes].count("Conv") == w_shape[2]
-    want = md.compile(graph, target="reference").run({"x": x})["out0"]
-    np.testing.assert_allclose(md.compile(after, target="reference").run({"x": x})["out0"], want, rtol=1e-5, atol=1e-5)
-    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
-    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for batch in (1, 3):
-        xb = RNG.standard_normal((batch, *x_shape[1:])).astype(np.float32)
-        np.testing.assert_allclose(sess.run({"x": xb})["out0"], oracle.run(None, {"x": xb})[0], rtol=1e-4, atol=1e-5)
 
 
 def test_conv3d_over_an_unknown_volume_is_refused() -> None:
@@ -186,24 +192,10 @@ def test_conv3d_over_an_unknown_volume_is_refused() -> None:
 ])
 def test_dilated_conv_as_a_dense_conv_over_the_input_phases(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                                                            attrs: dict, bias: bool) -> None:
-    from metadef.testing.onnx_cases import one_node_model
-    x = RNG.standard_normal(x_shape).astype(np.float32)
-    consts = {"w": (RNG.standard_normal(w_shape) * 0.3).astype(np.float32),
-              **({"b": RNG.standard_normal(w_shape[0]).astype(np.float32)} if bias else {})}
-    model = one_node_model("Conv", {"x": x}, consts, opset=17, **attrs)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
-    graph = md.import_onnx(model)
-    after, log = _decomposed(graph)
+    after, log = _conv_decomposed_as_the_original_computes(x_shape, w_shape, attrs, bias)
     assert log[0] == "taken dilated_as_dense at Conv_0"
     assert [n.op for n in after.nodes if n.op == "Conv"] == ["Conv"] and "dilations" not in next(
         n for n in after.nodes if n.op == "Conv").attrs
-    want = md.compile(graph, target="reference").run({"x": x})["out0"]
-    np.testing.assert_allclose(md.compile(after, target="reference").run({"x": x})["out0"], want, rtol=1e-5, atol=1e-5)
-    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
-    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for batch in (1, 2):
-        xb = RNG.standard_normal((batch, *x_shape[1:])).astype(np.float32)
-        np.testing.assert_allclose(sess.run({"x": xb})["out0"], oracle.run(None, {"x": xb})[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(("x_shape", "attrs", "why"), [
@@ -212,7 +204,6 @@ def test_dilated_conv_as_a_dense_conv_over_the_input_phases(x_shape: tuple[int, 
     ((1, 4, 32, 32), {"dilations": [2, 2], "pads": [1, 1, 1, 1]}, "are not known multiples of its dilation 2"),
 ])
 def test_dilated_convs_that_do_not_split_into_phases_stay(x_shape: tuple[int, ...], attrs: dict, why: str) -> None:
-    from metadef.testing.onnx_cases import one_node_model
     x = RNG.standard_normal(x_shape).astype(np.float32)
     model = one_node_model("Conv", {"x": x}, {"w": RNG.standard_normal((3, 4, 3, 3)).astype(np.float32)}, opset=17,
                            **attrs)
