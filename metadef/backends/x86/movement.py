@@ -62,7 +62,16 @@ def _copies(whole: Shape, parts: Sequence[Shape], axis: int, itemsize: int, conc
 
 def element_dtype(node: Node) -> np.dtype | str:
     """The dtype of a node's first input when native copies move it (fixed-size numbers, every
-    value of a known rank), or why not."""
+    value of a known rank), or why not.
+
+    Example:
+        >>> from metadef.ir import parse_graph
+        >>> g = parse_graph('''graph g(%x: f32[n,4], %i: i64[2]) -> (%y) {
+        ...   %y: f32[n,2] = Gather(%x, %i) {axis=1} @pick
+        ...   return %y }''')
+        >>> element_dtype(g.nodes[0]), index_out_of_range(g.nodes[0], 1, 4, 9)[:47]
+        (dtype('float32'), 'Gather pick: index 9 is out of range for axis 1')
+    """
     types = [v.type for v in (*node.inputs, *node.outputs) if v is not None]
     if any(t is None or t.shape is None for t in types):
         return "a value's rank is unknown"
@@ -73,7 +82,8 @@ def element_dtype(node: Node) -> np.dtype | str:
 
 
 def index_out_of_range(node: Node, axis: int, size: int, index: int) -> str:
-    """The error of an index out of range for ``axis`` (``size`` entries) of the node's data."""
+    """The error of an index out of range for ``axis`` (``size`` entries) of the node's data
+    (an example: :func:`element_dtype`'s)."""
     return (f"{node.op} {node.name}: index {index} is out of range for axis {axis} of %{node.inputs[0].name}, "
             f"which has {size} entries (valid: {-size} to {size - 1}); check the values fed to the graph")
 
@@ -93,7 +103,7 @@ def _prepare(node: Node, axis: int | None = None) -> tuple[int, int] | str:
 
 def native_choice(node: Node, reason: str, lower: Lowering, *routines: str) -> Choice:
     """The Choice of a step that runs ``lower``'s native calls (its reference kernel when the
-    graph runs node by node)."""
+    graph runs node by node), as :func:`gather_node` makes it."""
     return Choice(reference(node, "").kernel, "native", reason, native=needing(lower, *routines))
 
 
