@@ -40,7 +40,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
 - ``md_gather_planes``: every plane's 32-bit elements picked by one index table (a nearest
-  Resize: the table says which input pixel each output pixel copies).
+  Resize: the table says which input pixel each output pixel copies); ``md_map_rows`` the same
+  for a map that picks whole rows and keeps a block of columns (a reflect Pad: rows copied).
 - ``md_fill``: fill bytes with copies of one element (Pad's constant), in doubling copies.
 - ``md_gather``: Gather's rows picked by int32/int64 indices, each checked: an index out of
   range writes zeros and is reported in a status word the caller reads after the run.
@@ -222,6 +223,39 @@ def _gather_planes(module: ir.Module) -> None:
     b.ret_void()
 
 
+MAP_ROWS_DIMS = ("planes", "h", "w", "oh", "ow", "left", "task", "tasks")
+"""The dims of ``md_map_rows(x, row_map, col_map, y)``: ``y[p, r, c] = x[p, row_map[r],
+col_map[c]]`` for 32-bit elements (int32 maps), where ``col_map`` is the identity on the ``w``
+columns from ``left``: those copied as one block a row, the few others one at a time (a
+reflect, edge or wrap Pad)."""
+
+
+def _map_rows(module: ir.Module) -> None:
+    b, args, dims = _define(module, "md_map_rows")
+    x, row_map, col_map, y = (_arg(b, args, i, PTR) for i in range(4))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(MAP_ROWS_DIMS)}
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    first, last = _share(b, d["planes"], d)
+    h, w, oh, ow, left = d["h"], d["w"], d["oh"], d["ow"], d["left"]
+
+    def entry(table: ir.Value, i: ir.Value) -> ir.Value:
+        return b.sext(b.load(b.gep(table, [i], source_etype=I32), typ=I32), I64)
+
+    def row(p: ir.Value, r: ir.Value) -> None:
+        src = _elem(b, x, b.add(b.mul(p, b.mul(h, w)), b.mul(entry(row_map, r), w)))
+        dst = _elem(b, y, b.mul(b.add(b.mul(p, oh), r), ow))
+
+        def one(i: ir.Value) -> None:
+            b.store(b.load(_elem(b, src, entry(col_map, i)), typ=F32), _elem(b, dst, i))
+
+        _loop(b, I64(0), left, one)
+        b.call(memcpy, [_elem(b, dst, left), src, b.mul(w, I64(4)), ir.IntType(1)(0)])
+        _loop(b, b.add(left, w), ow, one)
+
+    _loop(b, first, last, lambda p: _loop(b, I64(0), oh, lambda r: row(p, r)))
+    b.ret_void()
+
+
 FILL_DIMS = ("total_bytes", "itemsize")
 """The dims of ``md_fill(value, dst)``: ``dst``'s ``total_bytes`` (a multiple of ``itemsize``)
 become copies of the ``itemsize`` bytes at ``value``."""
@@ -382,6 +416,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_scatter_nd_reduce": _scatter_nd_reduce,
     "md_fill": _fill,
     "md_gather_planes": _gather_planes,
+    "md_map_rows": _map_rows,
     "md_col2im": _col2im,
     "md_sgemm": _sgemm,
     "md_conv2d": lambda module: _conv2d(module, _im2col(module)),
@@ -516,6 +551,6 @@ def _build(name: str, wait: bool = True) -> dict[str, int]:
 
 
 __all__ = ["BMM_DIMS", "COL2IM_DIMS", "CONV1X1_DIMS", "CONV2D_DIMS", "COPY_ROWS_DIMS", "DEPTHWISE_DIMS", "ENTRY",
-           "FILL_DIMS", "GATHER_DIMS", "GATHER_PLANES_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "NATIVE_SYMBOLS", "POOL",
-           "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS", "WINOGRAD_TASK_DIMS",
-           "native_function", "native_module", "winograd_workspace"]
+           "FILL_DIMS", "GATHER_DIMS", "GATHER_PLANES_DIMS", "GEMM_DIMS", "IM2COL_DIMS", "MAP_ROWS_DIMS",
+           "NATIVE_SYMBOLS", "POOL", "POOL_WORDS", "ROUTINES", "PAD2D_DIMS", "PROGRAM", "SGEMM_DIMS", "WINOGRAD_DIMS",
+           "WINOGRAD_TASK_DIMS", "native_function", "native_module", "winograd_workspace"]

@@ -34,7 +34,7 @@ import numpy as np
 
 from metadef.backends.x86.choice import Choice, attrs_of, reference
 from metadef.backends.x86.native import ALIAS, PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, needing
-from metadef.codegen.native import GATHER_PLANES_DIMS, native_function
+from metadef.codegen.native import GATHER_PLANES_DIMS, MAP_ROWS_DIMS, native_function
 from metadef.ir import Node
 from metadef.shape import TensorType
 
@@ -340,9 +340,36 @@ def _pixel_map(node: Node, attrs: Mapping[str, Any], operands: Sequence[Any], wh
         table = np.ascontiguousarray(picked.reshape(-1, *picked.shape[-2:])[0].reshape(-1), np.int32)
         if table.size != math.prod(out[-2:]):
             return "the reference's pixel map does not have the output's size"
-        return _gathered_planes(table, h * w, out, what)
+        return _mapped_rows(table, (h, w), out, what) or _gathered_planes(table, h * w, out, what)
 
     return lower
+
+
+def _mapped_rows(table: np.ndarray, hw: tuple[int, int], out: Sequence[int], what: str) -> NativeStep | None:
+    """The pixel map ``table`` as ``md_map_rows`` where it picks whole rows (a row map and a
+    column map) and keeps the input's columns as one block (a reflect, edge or wrap Pad: each
+    output row one block copy and a few pixels; a pixel at a time it ran at 1.45x ONNX
+    Runtime's time); else None."""
+    (h, w), (oh, ow) = hw, out[-2:]
+    grid = table.reshape(oh, ow)
+    rows, cols = grid[:, 0] // w, grid[0] % w
+    starts = np.flatnonzero(cols == 0)
+    left = next((int(a) for a in starts if a + w <= ow and np.array_equal(cols[a:a + w], np.arange(w))), None)
+    if left is None or not np.array_equal(grid, rows[:, None] * w + cols[None, :]):
+        return None
+    row_map, col_map = np.ascontiguousarray(rows, np.int32), np.ascontiguousarray(cols, np.int32)
+    planes = math.prod(out[:-2])
+    dims = {"planes": planes, "h": h, "w": w, "oh": oh, "ow": ow, "left": left, "task": 0, "tasks": 1}
+
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or planes < count or math.prod(out) < PARALLEL_ELEMENTS:
+            return None
+        return [tuple({**dims, "task": t, "tasks": count}[d] for d in MAP_ROWS_DIMS) for t in range(count)]
+
+    call = Call(native_function("md_map_rows"), (Arg("in", 0), Arg("addr", row_map.ctypes.data),
+                                                 Arg("addr", col_map.ctypes.data), Arg("out", 0)),
+                tuple(dims[d] for d in MAP_ROWS_DIMS), what, tasks)
+    return NativeStep((call,) if planes else (), keep=(row_map, col_map))
 
 
 def _gathered_planes(table: np.ndarray, in_plane: int, out: Sequence[int], what: str) -> NativeStep:
@@ -381,8 +408,8 @@ def pad_planes_node(node: Node) -> Choice | str:
         return "it pads more than the last two axes"
     operands = [np.asarray(consts[0]), None, None if consts[1] is None else np.asarray(consts[1])]
     lower = _pixel_map(node, attrs, operands, f"pad {attrs['mode']}", "it pads more than the last two axes")
-    return native_choice(node, f"Pad {attrs['mode']}: a pixel map per binding (md_gather_planes)", lower,
-                         "md_gather_planes")
+    return native_choice(node, f"Pad {attrs['mode']}: a pixel map per binding (md_map_rows)", lower,
+                         "md_gather_planes", "md_map_rows")
 
 
 def shape_node(node: Node) -> Choice | str:

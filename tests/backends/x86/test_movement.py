@@ -372,3 +372,18 @@ def test_yolo_style_upsampling_of_int32_and_the_old_upsample() -> None:
     x = _values((2, 2, 3, 3), np.float32)
     np.testing.assert_array_equal(sess.run({"x": x})["y"], x.repeat(3, axis=2).repeat(2, axis=3))
     assert _native(sess, {"n": 2}, "resize nearest") == 1
+
+
+def test_a_pixel_map_of_whole_rows_with_the_columns_kept_is_copied_by_rows() -> None:
+    """A reflect Pad's map (each output row one input row, its columns kept as one block between
+    a few reflected ones) runs as ``md_map_rows``; a nearest 2x upsampling's map (columns
+    repeated) keeps the per-pixel gather."""
+    from metadef.backends.x86.movement import _mapped_rows
+    from metadef.codegen.native import native_function
+    h, w = 4, 5
+    rows, cols = np.array([1, 0, 1, 2, 3, 2]), np.array([2, 1, 0, 1, 2, 3, 4, 3])  # reflect pads 1/1, 2/1
+    step = _mapped_rows((rows[:, None] * w + cols[None, :]).astype(np.int32).reshape(-1), (h, w), (3, 6, 8), "pad")
+    assert step is not None and step.calls[0].address == native_function("md_map_rows")
+    assert step.calls[0].dims[:6] == (3, h, w, 6, 8, 2)
+    up = (np.repeat(np.arange(h), 2)[:, None] * w + np.repeat(np.arange(w), 2)[None, :]).astype(np.int32)
+    assert _mapped_rows(up.reshape(-1), (h, w), (3, 8, 10), "resize") is None
