@@ -120,13 +120,8 @@ from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_scatter import (
+    SCATTER_BUILDERS,
     SCATTER_ROUTINES,
-    _gather_elements,
-    _gather_nd,
-    _scatter_elements,
-    _scatter_elements_reduce,
-    _scatter_nd,
-    _scatter_nd_reduce,
 )
 from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
 from metadef.codegen.native_topk import _topk_rows
@@ -408,12 +403,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_copy": _copy,
     "md_copy_rows": _copy_rows,
     "md_gather": _gather,
-    "md_gather_elements": _gather_elements,
-    "md_scatter_elements": _scatter_elements,
-    "md_scatter_elements_reduce": _scatter_elements_reduce,
-    "md_gather_nd": _gather_nd,
-    "md_scatter_nd": _scatter_nd,
-    "md_scatter_nd_reduce": _scatter_nd_reduce,
+    **SCATTER_BUILDERS,
     "md_fill": _fill,
     "md_gather_planes": _gather_planes,
     "md_map_rows": _map_rows,

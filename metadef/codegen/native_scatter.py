@@ -375,29 +375,18 @@ def _nd(module: ir.Module, name: str, scatter: bool, modes: Sequence[int] = COPY
     b.ret_void()
 
 
-def _gather_elements(module: ir.Module) -> None:
-    _elements(module, "md_gather_elements", scatter=False)
-
-
-def _scatter_elements(module: ir.Module) -> None:
-    _elements(module, "md_scatter_elements", scatter=True)
-
-
-def _scatter_elements_reduce(module: ir.Module) -> None:
-    _elements(module, "md_scatter_elements_reduce", scatter=True, modes=REDUCTION_MODES)
-
-
-def _gather_nd(module: ir.Module) -> None:
-    _nd(module, "md_gather_nd", scatter=False)
-
-
-def _scatter_nd(module: ir.Module) -> None:
-    _nd(module, "md_scatter_nd", scatter=True)
-
-
-def _scatter_nd_reduce(module: ir.Module) -> None:
-    _nd(module, "md_scatter_nd_reduce", scatter=True, modes=REDUCTION_MODES)
+SCATTER_BUILDERS: dict[str, Callable[[ir.Module], None]] = {
+    "md_gather_elements": functools.partial(_elements, name="md_gather_elements", scatter=False),
+    "md_scatter_elements": functools.partial(_elements, name="md_scatter_elements", scatter=True),
+    "md_scatter_elements_reduce": functools.partial(_elements, name="md_scatter_elements_reduce", scatter=True,
+                                                    modes=REDUCTION_MODES),
+    "md_gather_nd": functools.partial(_nd, name="md_gather_nd", scatter=False),
+    "md_scatter_nd": functools.partial(_nd, name="md_scatter_nd", scatter=True),
+    "md_scatter_nd_reduce": functools.partial(_nd, name="md_scatter_nd_reduce", scatter=True, modes=REDUCTION_MODES),
+}
+"""The routines' builders, by name (:data:`~metadef.codegen.native.ROUTINES` takes them)."""
 
 
 __all__ = ["COPY_MODES", "ELEMENTS_DIMS", "MAX_LEVELS", "ND_DIMS", "REDUCED_TYPES", "REDUCTIONS", "REDUCTION_MODES",
-           "SCATTER_ROUTINES", "VECTOR_BYTES", "element_mode", "elements_dims", "nd_dims", "scatter_routine"]
+           "SCATTER_BUILDERS", "SCATTER_ROUTINES", "VECTOR_BYTES", "element_mode", "elements_dims", "nd_dims",
+           "scatter_routine"]

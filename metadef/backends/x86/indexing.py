@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,9 @@ from metadef.ir import Node
 _REDUCED = "/".join(t.name for t in REDUCED_TYPES)
 
 
-def _elements_node(node: Node, scatter: bool) -> Choice | str:
+def _moved(node: Node) -> tuple[np.dtype, dict[str, Any], str, int] | str:
+    """``(dtype, attrs, reduction, mode)`` of a node whose elements the routines move (or
+    combine, by its reduction), or why not."""
     dtype = element_dtype(node)
     if isinstance(dtype, str):
         return dtype
@@ -59,6 +62,14 @@ def _elements_node(node: Node, scatter: bool) -> Choice | str:
     mode = element_mode(dtype, reduction)
     if mode is None:
         return f"reduction {reduction!r} on {dtype} (natively: 'none' on any number; the others on {_REDUCED})"
+    return dtype, attrs, reduction, mode
+
+
+def _elements_node(node: Node, scatter: bool) -> Choice | str:
+    found = _moved(node)
+    if isinstance(found, str):
+        return found
+    dtype, attrs, reduction, mode = found
     rank = len(node.inputs[0].type.shape)
     axis = int(attrs["axis"])
     if not -rank <= axis < rank:
@@ -112,13 +123,10 @@ def scatter_elements_node(node: Node) -> Choice | str:
 
 
 def _nd_node(node: Node, scatter: bool) -> Choice | str:
-    dtype = element_dtype(node)
-    if isinstance(dtype, str):
-        return dtype
-    attrs = attrs_of(node)
-    reduction = str(attrs.get("reduction", "none"))
-    if element_mode(dtype, reduction) is None:
-        return f"reduction {reduction!r} on {dtype} (natively: 'none' on any number; the others on {_REDUCED})"
+    found = _moved(node)
+    if isinstance(found, str):
+        return found
+    dtype, attrs, reduction, _ = found
     if node.inputs[1].type.dtype.numpy.itemsize != 8:
         return "its indices are not int64"
     b = int(attrs.get("batch_dims", 0))
