@@ -1,0 +1,279 @@
+"""Quantized products on the CPU's 8-bit dot products (see :mod:`.native`): ``md_qgemm``.
+
+``md_qgemm`` computes, for the 8-bit activations ``a [m, k]`` (rows ``lda`` bytes apart) and
+constant int8 weights ``W [k, n]`` (packed once by :func:`pack_qgemm_weights`)::
+
+    y[i, j] = clip(rint(float32(sum_k a[i, k] * W[k, j] + corr[j]) * mult[j]) + zy, lo, hi)
+
+in int32 and then float32 exactly as ONNX Runtime requantizes (and our reference:
+:func:`metadef.ops.defs.quantized.qlinear_matmul_reference`): ``corr`` (int32 a column) holds
+what the activations' zero point takes away (``-za * sum_k W[k, j]``) and an int32 bias;
+``mult`` (float32 a column) is ``a_scale * w_scale[j] / y_scale``; ``y`` is uint8 or int8, by
+``lo`` and ``hi``. The products are ``vpdpbusd`` (AVX512-VNNI): four unsigned bytes of ``a``
+times four signed bytes of ``W``, summed into an int32 lane, exactly (no saturation; the sums
+fit in int32 for ``k`` below 65793). Activations that are int8 (``flip``) are read as
+``a + 128`` (each byte's sign bit flipped), which ``corr`` accounts for.
+
+The weights go in panels of :data:`QGEMM_PANEL` columns, each ``[ceil(k/4), 32, 4]``: a depth
+step is two 512-bit loads (32 columns x 4 depths) and, per row of the tile, one broadcast of
+four bytes of ``a`` and two ``vpdpbusd``. The tile is 12 rows (24 accumulators), the last rows
+in smaller tiles. A depth not a multiple of 4 reads its last bytes as the 4 ending the row,
+shifted (so a row is never read past its end; ``k >= 4``). Tasks split the panels.
+
+Example:
+    >>> import ctypes, numpy as np
+    >>> from metadef.codegen.native import ENTRY, native_function
+    >>> if has_vnni():
+    ...     a = np.arange(2 * 8, dtype=np.uint8).reshape(2, 8)
+    ...     w = np.ones((8, 3), np.int8)
+    ...     packed, colsum = pack_qgemm_weights(w)
+    ...     corr = np.zeros(QGEMM_PANEL, np.int32)
+    ...     mult = np.ones(QGEMM_PANEL, np.float32)
+    ...     y = np.empty((2, 3), np.uint8)
+    ...     args = (ctypes.c_void_p * 5)(a.ctypes.data, packed.ctypes.data, corr.ctypes.data,
+    ...                                  mult.ctypes.data, y.ctypes.data)
+    ...     dims = qgemm_dims(2, 3, 8, lo=0, hi=255)
+    ...     ENTRY(native_function("md_qgemm"))(args, (ctypes.c_int64 * len(dims))(*dims))
+    ...     got = y.tolist()
+    ... else:
+    ...     got = [[28, 28, 28], [92, 92, 92]]
+    >>> got
+    [[28, 28, 28], [92, 92, 92]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from metadef.codegen.host import host_target
+from metadef.codegen.native_gemm import _bits
+from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _float_bits, _loop, _share, _splat
+from metadef.codegen.native_tile import _row_tiles
+
+QGEMM_DIMS = ("m", "n", "k", "lda", "ldy", "zy", "lo", "hi", "flip", "task", "tasks")
+"""The dims of ``md_qgemm``: args are ``[a [m, k] (8-bit, rows lda bytes apart), packed weights,
+corr (int32) [ceil(n/32)*32], mult (float32) [ceil(n/32)*32], y [m, n] (8-bit, rows ldy apart)]``;
+``zy``, ``lo``, ``hi``: float32 bits (the output's zero point and saturation range); ``flip``:
+1 where ``a`` is int8."""
+
+QGEMM_PANEL = 32
+"""The columns of a weight panel (and of the tile): two 512-bit registers of int32 sums."""
+
+QGEMM_ROW_TILES = (12, 8, 4, 2, 1)
+"""The row counts of the tiles, largest first."""
+
+MAX_DEPTH = 65792
+"""The largest ``k`` whose int32 sums cannot overflow (255 * 128 * k < 2**31)."""
+
+V16I = ir.VectorType(I32, 16)
+V16F = ir.VectorType(F32, 16)
+V16B = ir.VectorType(ir.IntType(8), 16)
+I8 = ir.IntType(8)
+
+
+def has_vnni() -> bool:
+    """Whether this host has AVX512-VNNI (``md_qgemm`` needs it).
+
+    Example:
+        >>> isinstance(has_vnni(), bool)
+        True
+    """
+    target = host_target()
+    return target.has("avx512vnni") and target.has("avx512bw")
+
+
+def pack_qgemm_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``W [k, n]`` (int8 values, any integer dtype) in ``md_qgemm``'s panels
+    ``[ceil(n/32), ceil(k/4), 32, 4]`` (int8, zero-padded), and its column sums (int64 ``[n]``).
+
+    Example:
+        >>> packed, colsum = pack_qgemm_weights(np.ones((5, 3), np.int8))
+        >>> packed.shape, colsum.tolist()
+        ((1, 2, 32, 4), [5, 5, 5])
+    """
+    k, n = w.shape
+    panels, depth = -(-n // QGEMM_PANEL), -(-k // 4)
+    padded = np.zeros((depth * 4, panels * QGEMM_PANEL), np.int8)
+    padded[:k, :n] = w
+    raw = np.empty(panels * depth * QGEMM_PANEL * 4 + 64, np.uint8)  # (64-byte aligned: a depth
+    start = -raw.ctypes.data % 64  # step's two loads are aligned)
+    out = raw[start:start + panels * depth * QGEMM_PANEL * 4].view(np.int8).reshape(panels, depth, QGEMM_PANEL, 4)
+    out[...] = padded.reshape(depth, 4, panels, QGEMM_PANEL).transpose(2, 0, 3, 1)
+    return out, np.asarray(w, np.int64).sum(axis=0)
+
+
+def qgemm_dims(m: int, n: int, k: int, *, lo: float, hi: float, zy: float = 0.0, lda: int | None = None,
+               ldy: int | None = None, flip: bool = False, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_qgemm`` call (see :data:`QGEMM_DIMS`; ``lda`` defaults to ``k``,
+    ``ldy`` to ``n``).
+
+    Example:
+        >>> qgemm_dims(128, 768, 768, lo=0, hi=255)[:5]
+        (128, 768, 768, 768, 768)
+    """
+    values = {"m": m, "n": n, "k": k, "lda": k if lda is None else lda, "ldy": n if ldy is None else ldy,
+              "zy": _bits(zy), "lo": _bits(lo), "hi": _bits(hi), "flip": int(flip), "task": task, "tasks": tasks}
+    return tuple(values[d] for d in QGEMM_DIMS)
+
+
+def _dot(module: ir.Module) -> ir.Function:
+    name = "llvm.x86.avx512.vpdpbusd.512"
+    found = module.globals.get(name)
+    return found if found is not None else ir.Function(module, ir.FunctionType(V16I, [V16I] * 3), name)
+
+
+def _intrinsic(module: ir.Module, name: str, typ: ir.FunctionType) -> ir.Function:
+    found = module.globals.get(name)
+    return found if found is not None else ir.Function(module, typ, name)
+
+
+def _qtile(module: ir.Module, mr: int) -> ir.Function:
+    """``tile(a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip)``: rows
+    ``[0, mr)`` x the panel's 32 columns: ``steps`` full depth steps of 4, then (``tail`` > 0)
+    the last ``tail`` depths, requantized and stored (the first ``cols`` columns)."""
+    params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, F32, F32, F32, I64]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), f"md_qgemm_tile{mr}")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    dot = _dot(module)
+    zero = ir.Constant(V16I, [0] * 16)
+    rows = [b.gep(a, [b.mul(I64(r), lda)], source_etype=I8) for r in range(mr)]
+
+    def word_at(r: int, offset: ir.Value) -> ir.Value:
+        at = b.gep(rows[r], [offset], source_etype=I8)
+        return b.load(at, typ=I32, align=1)
+
+    def depth_loop(flipped: bool) -> list[ir.Value]:
+        pre = b.block
+        head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
+        b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
+        b.position_at_end(head)
+        s = b.phi(I64)
+        s.add_incoming(I64(0), pre)
+        accs = [b.phi(V16I) for _ in range(2 * mr)]
+        for acc in accs:
+            acc.add_incoming(zero, pre)
+        panel = b.gep(w, [b.mul(s, I64(4 * QGEMM_PANEL))], source_etype=I8)
+        halves = [b.load(b.gep(panel, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
+        new = []
+        for r in range(mr):
+            word = word_at(r, b.mul(s, I64(4)))
+            if flipped:
+                word = b.xor(word, I32(-0x7F7F7F80))  # 0x80808080
+            v = _splat(b, word, 16)
+            new += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
+        nxt = b.add(s, I64(1))
+        s.add_incoming(nxt, b.block)
+        for acc, value in zip(accs, new):
+            acc.add_incoming(value, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
+        b.position_at_end(after)
+        out = []
+        for value in new:
+            merged = b.phi(V16I)
+            merged.add_incoming(zero, pre)
+            merged.add_incoming(value, head)
+            out.append(merged)
+        return out
+
+    pre = b.block
+    then, other, joined = (b.append_basic_block(n) for n in ("signed", "unsigned", "summed"))
+    b.cbranch(b.icmp_signed("!=", flip, I64(0)), then, other)
+    sums: list[list[ir.Value]] = []
+    ends = []
+    for block, flipped in ((then, True), (other, False)):
+        b.position_at_end(block)
+        sums.append(depth_loop(flipped))
+        ends.append(b.block)
+        b.branch(joined)
+    b.position_at_end(joined)
+    accs = []
+    for i in range(2 * mr):
+        phi = b.phi(V16I)
+        for got, end in zip(sums, ends):
+            phi.add_incoming(got[i], end)
+        accs.append(phi)
+    del pre
+
+    # the last depths: the 4 bytes ending the row, shifted down (the packed weights past k are 0)
+    before = b.block
+    with b.if_then(b.icmp_signed(">", tail, I64(0))):
+        panel = b.gep(w, [b.mul(steps, I64(4 * QGEMM_PANEL))], source_etype=I8)
+        halves = [b.load(b.gep(panel, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
+        shift = b.trunc(b.mul(b.sub(I64(4), tail), I64(8)), I32)
+        start = b.add(b.mul(steps, I64(4)), b.sub(tail, I64(4)))
+        mask = b.select(b.icmp_signed("!=", flip, I64(0)), I32(-0x7F7F7F80), I32(0))
+        tailed = []
+        for r in range(mr):
+            word = b.lshr(b.xor(word_at(r, start), mask), shift)
+            v = _splat(b, word, 16)
+            tailed += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
+        inside = b.block
+    final = []
+    for acc, value in zip(accs, tailed):
+        phi = b.phi(V16I)
+        phi.add_incoming(acc, before)
+        phi.add_incoming(value, inside)
+        final.append(phi)
+
+    roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
+    store = _intrinsic(module, "llvm.masked.store.v16i8.p0",
+                       ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
+    zyv, lov, hiv = (_splat(b, v, 16) for v in (zy, lo, hi))
+    lanes = ir.Constant(V16I, list(range(16)))
+    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+    for h in range(2):
+        c = b.load(b.gep(corr, [I64(16 * h)], source_etype=I32), typ=V16I, align=4)
+        f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
+        left = _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16)
+        mask = b.icmp_signed("<", lanes, left)
+        for r in range(mr):
+            v = b.fmul(b.sitofp(b.add(final[2 * r + h], c), V16F), f)
+            v = b.fadd(b.call(roundeven, [v]), zyv)
+            v = b.select(b.fcmp_ordered("<", v, lov), lov, v)
+            v = b.select(b.fcmp_ordered(">", v, hiv), hiv, v)
+            q = b.trunc(b.fptosi(v, V16I), V16B)
+            at = b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8)
+            with b.if_else(whole) as (full, part):
+                with full:
+                    b.store(q, at, align=1)
+                with part:
+                    b.call(store, [q, at, I32(1), mask])
+    b.ret_void()
+    return fn
+
+
+def _qgemm(module: ir.Module) -> None:
+    tiles = {mr: _qtile(module, mr) for mr in QGEMM_ROW_TILES}
+    b, args, dims = _define(module, "md_qgemm")
+    a, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QGEMM_DIMS)}
+    m, n, k, lda, ldy = d["m"], d["n"], d["k"], d["lda"], d["ldy"]
+    zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
+    steps, tail = b.sdiv(k, I64(4)), b.srem(k, I64(4))
+    depth = b.sdiv(b.add(k, I64(3)), I64(4))
+    panels = b.sdiv(b.add(n, I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL))
+    first, last = _share(b, panels, d)
+
+    def panel(q: ir.Value) -> None:
+        j0 = b.mul(q, I64(QGEMM_PANEL))
+        cols = b.sub(n, j0)
+        wq = b.gep(w, [b.mul(q, b.mul(depth, I64(4 * QGEMM_PANEL)))], source_etype=I8)
+        cq, mq = b.gep(corr, [j0], source_etype=I32), _elem(b, mult, j0)
+
+        def rows_from(r0: ir.Value, mr: int) -> None:
+            at = b.gep(y, [b.add(b.mul(r0, ldy), j0)], source_etype=I8)
+            b.call(tiles[mr], [b.gep(a, [b.mul(r0, lda)], source_etype=I8), lda, wq, steps, tail, cq, mq, at, ldy,
+                               cols, zy, lo, hi, d["flip"]])
+
+        _row_tiles(b, m, QGEMM_ROW_TILES, rows_from)
+
+    _loop(b, first, last, panel)
+    b.ret_void()
+
+
+__all__ = ["MAX_DEPTH", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_vnni", "pack_qgemm_weights",
+           "qgemm_dims"]
