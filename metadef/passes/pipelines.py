@@ -3,8 +3,9 @@
 - ``safe``: never changes numerics (only removes, folds and deduplicates what is exactly
   equal: constant folding evaluates the same ops the runtime would).
 - ``moderate``: also folds BatchNormalization into the preceding weights and recognizes
-  decomposed patterns (LayerNorm, GELU, SiLU, HardSwish, attention) as single ops; numerics
-  change by rounding only.
+  decomposed patterns (LayerNorm, GELU, SiLU, HardSwish, attention; first, before folding
+  dequantizes int8 weights, quantized layers in QDQ form) as single ops; numerics change by
+  rounding only.
 - ``aggressive``: also decomposes ops the backends have no fast form of (GroupNormalization,
   Tile), chooses layouts and forms fusion groups, the units of code generation.
 
@@ -26,6 +27,7 @@ from metadef.passes.fold_shape_arithmetic import fold_shape_arithmetic
 from metadef.passes.fuse_groups import fuse_groups
 from metadef.passes.optimize_layout import optimize_layout
 from metadef.passes.recognize_patterns import recognize_patterns
+from metadef.passes.recognize_quantized import recognize_quantized
 from metadef.passes.simplify import simplify
 
 _CLEANUP: list[GraphPass] = [
@@ -40,10 +42,11 @@ _CLEANUP: list[GraphPass] = [
 PIPELINES: dict[str, list[GraphPass]] = {
     "none": [],
     "safe": _CLEANUP,
-    "moderate": [*_CLEANUP, fold_batchnorm, recognize_patterns, fold_constants, simplify, eliminate_dead_code],
+    "moderate": [recognize_quantized, *_CLEANUP, fold_batchnorm, recognize_patterns, fold_constants, simplify,
+                 eliminate_dead_code],
     "aggressive": [
-        *_CLEANUP, fold_batchnorm, recognize_patterns, decompose, optimize_layout, fold_shape_arithmetic,
-        fold_constants, simplify,
+        recognize_quantized, *_CLEANUP, fold_batchnorm, recognize_patterns, decompose, optimize_layout,
+        fold_shape_arithmetic, fold_constants, simplify,
         eliminate_common_subexpressions, eliminate_dead_code, fuse_groups,
     ],
 }

@@ -1,0 +1,97 @@
+"""``recognize_quantized``: quantized layers written as QDQ become the quantized op they mean.
+
+ONNX Runtime's quantizer (``quantize_static``, QDQ format, its default) writes a quantized
+MatMul as float ops between ``DequantizeLinear`` and ``QuantizeLinear``: the product of
+dequantized activations and dequantized weights, quantized again. Run as written, every
+layer is a float product with quantize passes around it (slower than the float model); read
+as what it means, it is one integer product requantized once, which ONNX Runtime runs the
+same way (its QDQ selectors). This pass runs first, before constant folding turns the int8
+weights into float32 ones.
+
+- ``recognize_qlinear_matmul``: ``QuantizeLinear(MatMul(DequantizeLinear(a), DequantizeLinear(W)))``
+  with constant int8/uint8 weights ``W`` and constant scales and zero points (the activations'
+  and the output's per tensor, the weights' per tensor or per column of a 2-D ``W``) ->
+  ``QLinearMatMul``.
+
+Numerics: the product is exact in int32 and requantized with ``a_scale * w_scale / y_scale``
+in float32, as ONNX Runtime does; the float form rounds its sum along the way. Where the two
+land on either side of a rounding boundary, an element differs by one quantization step.
+Disable the rule (``--disable-rule recognize_qlinear_matmul``) to keep the float form.
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import GraphBuilder
+    >>> from metadef.passes.base import PassContext
+    >>> from metadef.shape import parse_type
+    >>> b = GraphBuilder("g")
+    >>> c = lambda name, v: b.const(name, np.asarray(v))
+    >>> a = b.input("a", parse_type("u8[n,64]"))
+    >>> x, = b.node("DequantizeLinear", [a, c("sa", np.float32(0.1)), c("za", np.uint8(3))])
+    >>> w, = b.node("DequantizeLinear", [c("w", np.ones((64, 16), np.int8)), c("sw", np.float32(0.01)),
+    ...                                  c("zw", np.int8(0))])
+    >>> p, = b.node("MatMul", [x, w])
+    >>> y, = b.node("QuantizeLinear", [p, c("sy", np.float32(0.2)), c("zy", np.uint8(128))])
+    >>> b.output(y)
+    >>> new = recognize_quantized(b.build(), PassContext())
+    >>> [n.op for n in new.nodes]
+    ['QLinearMatMul']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metadef.ir import Graph, Value
+from metadef.passes.base import PassContext
+from metadef.passes.patterns.common import emit, escaping
+from metadef.rewrite import GraphEditor, Match, Refusal, Rule, const, op, rewrite, var
+from metadef.rewrite.engine import Built
+
+_PLAIN = {"block_size": 0}
+
+
+def _one(v: Value) -> bool:
+    return v.const is not None and np.size(v.const) == 1
+
+
+def _qlinear_matmul(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed, shared=("dq_a", "dq_w"))
+    if refusal is not None:
+        return refusal
+    w, sw, zw = (m.value(n).const for n in ("w", "sw", "zw"))
+    if np.ndim(w) != 2 or np.asarray(w).dtype not in (np.int8, np.uint8):
+        return Refusal(f"the weights are {np.asarray(w).dtype}[{', '.join(map(str, np.shape(w)))}], not 2-D 8-bit")
+    n = np.shape(w)[1]
+    per_column = np.size(sw) == n and np.ndim(sw) == 1 and n > 1
+    if per_column and int(m.node("dq_w").attrs.get("axis", 1)) % 2 != 1:
+        return Refusal("the weights' scales run along their rows, not their columns")
+    if not (np.size(sw) == 1 or per_column) or np.size(zw) != np.size(sw):
+        return Refusal("the weights' scale and zero point are not one value or one a column")
+    a = m.value("a").type
+    if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
+        return Refusal("the activations are not 8-bit")
+    if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
+        return Refusal("the output is not 8-bit")
+    return emit(m, ed, "QLinearMatMul", [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")])
+
+
+_DQ_A = op("DequantizeLinear", var("a"), const("sa", where=_one), const("za", where=_one), name="dq_a",
+           attrs=_PLAIN)
+_DQ_W = op("DequantizeLinear", const("w"), const("sw"), const("zw"), name="dq_w", attrs=_PLAIN)
+
+quantized_rules = [
+    Rule("recognize_qlinear_matmul",
+         op("QuantizeLinear", op("MatMul", _DQ_A, _DQ_W, name="matmul"), const("sy", where=_one),
+            const("zy", where=_one), name="quantize", attrs={"block_size": 0, "precision": 0}),
+         _qlinear_matmul, doc="QuantizeLinear(MatMul(DequantizeLinear(a), DequantizeLinear(W))) -> QLinearMatMul"),
+]
+
+
+def recognize_quantized(graph: Graph, ctx: PassContext) -> Graph:
+    """A new graph with ``quantized_rules`` applied (see the module doc)."""
+    rules = [r for r in quantized_rules if r.name not in ctx.options.disabled]
+    new, _ = rewrite(graph, rules, "recognize_quantized", ctx.log, ctx.options)
+    return new
+
+
+__all__ = ["quantized_rules", "recognize_quantized"]

@@ -1,0 +1,80 @@
+"""``recognize_quantized``: QDQ MatMuls with constant 8-bit weights become QLinearMatMul, which
+the reference evaluates to within a quantization step of the float form; what does not fit
+stays as it is, the reason logged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import metadef as md
+from metadef.ir import Graph, GraphBuilder
+from metadef.passes.base import PassContext
+from metadef.passes.recognize_quantized import recognize_quantized
+from metadef.rewrite import DecisionLog
+from metadef.shape import parse_type
+
+RNG = np.random.default_rng(41)
+
+
+def _qdq(k: int = 48, n: int = 24, *, w_scale: np.ndarray | None = None, axis: int = 1, users: int = 1,
+         w_dtype: type = np.int8, extra_use: bool = False) -> Graph:
+    """``Q(MatMul(DQ(a), DQ(W)))`` (``users`` such products reading the same ``DQ(a)``)."""
+    b = GraphBuilder("g")
+    c = b.const
+    a = b.input("a", parse_type(f"u8[m,{k}]"))
+    x, = b.node("DequantizeLinear", [a, c("sa", np.float32(0.05)), c("za", np.uint8(100))], name="dq_a")
+    for i in range(users):
+        info = np.iinfo(w_dtype)
+        w = RNG.integers(info.min, int(info.max) + 1, (k, n)).astype(w_dtype)
+        sw = np.float32(0.01) if w_scale is None else w_scale
+        zw = np.zeros(np.shape(sw), w_dtype)
+        dw, = b.node("DequantizeLinear", [c(f"w{i}", w), c(f"sw{i}", sw), c(f"zw{i}", zw)], {"axis": axis},
+                     name=f"dq_w{i}")
+        p, = b.node("MatMul", [x, dw], name=f"mm{i}")
+        y, = b.node("QuantizeLinear", [p, c(f"sy{i}", np.float32(0.8)), c(f"zy{i}", np.uint8(128))], name=f"q{i}")
+        b.output(y)
+        if extra_use:
+            r, = b.node("Relu", [p], name=f"relu{i}")
+            b.output(r)
+    return b.build()
+
+
+def _run(graph: Graph, a: np.ndarray) -> list[np.ndarray]:
+    return list(md.compile(graph, target="reference").run({"a": a}).values())
+
+
+@pytest.mark.parametrize("w_scale", [None, RNG.uniform(0.005, 0.02, 24).astype(np.float32)])
+def test_qdq_matmul_becomes_qlinear_matmul_within_a_step(w_scale: np.ndarray | None) -> None:
+    graph = _qdq(w_scale=w_scale, users=3)
+    ctx = PassContext()
+    new = recognize_quantized(graph, ctx)
+    assert [n.op for n in new.nodes] == ["QLinearMatMul"] * 3
+    assert sum(line.startswith("taken recognize_qlinear_matmul") for line in ctx.log.lines()) == 3
+    a = RNG.integers(0, 256, (37, 48)).astype(np.uint8)
+    for got, want in zip(_run(new, a), _run(graph, a)):
+        diff = np.abs(got.astype(int) - want.astype(int))
+        assert diff.max() <= 1 and diff.mean() < 0.01
+
+
+def test_every_level_but_safe_recognizes_it() -> None:
+    graph = _qdq()
+    assert "QLinearMatMul" in [n.op for n in md.optimize(graph, level="aggressive").nodes] + \
+        [m.op for n in md.optimize(graph, level="aggressive").nodes if n.op == "Fused" for m in n.attrs["body"].nodes]
+    assert [n.op for n in md.optimize(graph, level="moderate").nodes] == ["QLinearMatMul"]
+    assert "QLinearMatMul" not in [n.op for n in md.optimize(graph, level="safe").nodes]
+    kept = md.optimize(graph, level="moderate", disable_rules=["recognize_qlinear_matmul"])
+    assert "QLinearMatMul" not in [n.op for n in kept.nodes]
+
+
+@pytest.mark.parametrize("case,reason", [
+    ({"k": 24, "w_scale": np.full(24, 0.01, np.float32), "axis": 0}, "along their rows"),
+    ({"w_scale": np.full(48, 0.01, np.float32), "axis": 0}, "not one value or one a column"),
+    ({"extra_use": True}, "consumers"),
+])
+def test_what_is_not_a_quantized_product_stays_with_the_reason(case: dict, reason: str) -> None:
+    log = DecisionLog()
+    new = md.optimize(_qdq(**case), level="moderate", log=log)
+    assert "QLinearMatMul" not in [n.op for n in new.nodes]
+    refused = [line for line in log.lines() if line.startswith("refused recognize_qlinear_matmul")]
+    assert refused and reason in refused[0], log.lines()
