@@ -36,6 +36,7 @@ from metadef.codegen.dtypes import SUPPORTED, accumulator
 from metadef.codegen.errors import CodegenUnsupported
 from metadef.codegen.exprs import Axis, Const, InBounds, IndexValue, Lin, Load, Node, Op, Reduce, Size
 from metadef.codegen.shapes import expand_ellipsis, extents, same, to_lin
+from metadef.codegen.structure import runtime_scalars
 from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval.run import tensor_names
 from metadef.ops.semantics import Access, Binary, Call, Expr, Number, Param, Unary, Var
@@ -106,10 +107,11 @@ class _Composer:
         self.reduce_ids: dict[tuple, int] = {}
         self.holders = 0
         self.memo: dict[tuple, Node] = {}
+        passed = runtime_scalars(body)  # (scalars read at run time: a quantized layer's scales)
         for v in body.inputs:
             self.sources.append(self._source(v, len(self.sources)))
-            if v.const is not None and np.ndim(v.const) == 0:  # a scalar the kernel is compiled for
-                self.tensors[self.keys[id(v)]] = self._constant(v)  # (its pointer is passed, not read)
+            if v.const is not None and np.ndim(v.const) == 0 and id(v) not in passed:  # a scalar the kernel
+                self.tensors[self.keys[id(v)]] = self._constant(v)  # is compiled for (its pointer is passed, not read)
 
     # ---------------------------------------------------------------- tensors and names
     def key(self, value: Any) -> str:

@@ -160,6 +160,7 @@ def metaop(
     parallel: tuple[str, ...] = (),
     workspace: WorkspaceFn | None = None,
     reads: tuple[int, ...] = (),
+    passed: tuple[int, ...] = (),
     since: tuple[int, ...] = (1,),
     adapt: Adapter | None = None,
     domain: str = "",
@@ -173,7 +174,9 @@ def metaop(
     :data:`BROADCAST_ALL`, or a Python function of an InferContext returning one entry per
     output: a shape tuple (the dtype then comes from the output's type variable) or a
     TensorType. ``semantics`` or ``reference`` must be given; an op with only a reference is
-    opaque. ``reads`` lists the inputs whose *values* shape inference uses when constant.
+    opaque. ``reads`` lists the inputs whose *values* shape inference uses when constant;
+    ``passed`` those whose one-element constants generated code reads at run time
+    (:attr:`Strategy.passed`).
     """
     if semantics is None and reference is None:
         raise DSLSyntaxError(f"meta-op {name}: give its semantics (an index expression) or, "
@@ -194,7 +197,7 @@ def metaop(
     op = MetaOp(
         name=name, domain=domain, interface=interface, rule=compiled,
         semantics=Semantics(semantics, reference),
-        strategy=Strategy(role=role, layouts=layouts, parallel=parallel, workspace=workspace),
+        strategy=Strategy(role=role, layouts=layouts, parallel=parallel, workspace=workspace, passed=passed),
         reads=reads, since=since, adapt=adapt, doc=doc, pure=pure,
     )
     if register:

@@ -46,6 +46,10 @@ class Strategy:
     parallel: tuple[str, ...] = ()
     workspace: WorkspaceFn | None = None
     commutative: bool = False
+    passed: tuple[int, ...] = ()
+    """Inputs whose one-element constants generated code reads at run time rather than compiles
+    in: values that differ from node to node and fold into nothing (a quantized layer's scales
+    and zero points), so that same-shaped nodes share one kernel."""
 
 
 __all__ = ["Role", "Strategy", "WorkspaceFn"]

@@ -14,9 +14,9 @@ The pass never looks at an op's name: it reads ``node.metaop.role``.
 - Absorbing a node whose other inputs depend on the group would create a cycle: refused (a
   guard: while every value inside a group has one consumer, a group's only exit is its tail,
   so no such path exists; the guard keeps the pass safe if the rules are relaxed).
-  The ``Fused`` node takes one input dtype (its interface has one type variable), so a node
-  that would mix input dtypes is refused as well, and so is a node that reads or writes string
-  tensors or whose semantics are opaque (an elementwise op with no index expression, such as
+  A group's inputs keep their own dtypes (a quantized layer reads 8-bit activations and float
+  scales; the ``Fused`` node's interface is mixed). A node that reads or writes string
+  tensors or whose semantics are opaque is refused (an elementwise op with no index expression, such as
   the Bitwise ops: a group is a unit of code generation, which takes numbers and expressions).
 
 Every candidate goes to ``ctx.log``, taken (with its nodes) or refused (with the reason);
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from metadef.core.dtypes import DType
 from metadef.ir import Graph, Node, Value
 from metadef.ops import Role
 from metadef.ops.defs.fused import Fused
@@ -73,7 +72,6 @@ class _Group:
     members: dict[int, Node] = field(default_factory=dict)
     first: int = 0            # the smallest position of a member (prunes the cycle search)
     tail: Node | None = None  # the member whose output the epilogue continues from
-    dtypes: set[DType] = field(default_factory=set)
     parts: list[str] = field(default_factory=list)
 
     def names(self, *more: Node) -> list[str]:
@@ -102,8 +100,16 @@ def _strings_of(node: Node) -> str | None:
 
 def _stays_inside(node: Node, index: int, v: Value) -> bool:
     """Whether a constant read by a member is kept in the body rather than made an input:
-    scalars (eps, clip bounds, exponents) and values shape inference reads (axes, shapes)."""
-    return v.const is not None and (v.const.size <= 1 or index in node.metaop.reads)
+    scalars (eps, clip bounds, exponents) and values shape inference reads (axes, shapes), but
+    not the scalars the op's code reads at run time (:func:`_passed`)."""
+    return v.const is not None and (v.const.size <= 1 or index in node.metaop.reads) and not _passed(node, index, v)
+
+
+def _passed(node: Node, index: int, v: Value) -> bool:
+    """Whether ``v`` is a one-element constant that ``node`` reads at run time (a quantized
+    layer's scale: :attr:`~metadef.ops.strategy.Strategy.passed`): an input of the body that
+    keeps its value (shape inference and the semantics may read it)."""
+    return v.const is not None and v.const.size <= 1 and index in node.metaop.strategy.passed
 
 
 class _Planner:
@@ -128,12 +134,6 @@ class _Planner:
     def exits(self, node: Node) -> list[Value]:
         return [o for o in node.outputs if self.uses(o)]
 
-    def external_dtypes(self, group: _Group, node: Node) -> set[DType]:
-        """The dtypes of the values ``node`` would bring into the group as Fused inputs."""
-        return {v.type.dtype for i, v in enumerate(node.inputs)
-                if v is not None and v.type is not None and not _stays_inside(node, i, v)
-                and not (v.producer is not None and id(v.producer) in group.members)}
-
     def blocked(self, group: _Group, rule: str, node: Node) -> str | None:
         """Why ``node`` may not join ``group`` under ``rule`` (None: it may)."""
         if rule in self.ctx.options.disabled:
@@ -146,10 +146,6 @@ class _Planner:
         text = _strings_of(node) or _opaque(node)
         if text is not None:
             return text
-        dtypes = group.dtypes | self.external_dtypes(group, node)
-        if len(dtypes) > 1:
-            names = ", ".join(sorted(d.name for d in dtypes))
-            return f"{node.name} would mix input dtypes ({names}); a Fused node takes one"
         return None
 
     def reaches_group(self, start: Node | None, group: _Group) -> bool:
@@ -169,7 +165,6 @@ class _Planner:
     def absorb(self, group: _Group, node: Node) -> None:
         group.members[id(node)] = node
         group.first = min(group.first, self.position[id(node)])
-        group.dtypes |= self.external_dtypes(group, node)
         self.group_of[id(node)] = group
 
     def refuse(self, group: _Group, rule: str, node: Node, reason: str) -> None:
@@ -309,7 +304,7 @@ def _body_value(node: Node, index: int, v: Value | None, inner: dict[int, Value]
             got = Value(v.name, v.type, v.const)
             constants.append(got)
         else:
-            got = Value(v.name, v.type)
+            got = Value(v.name, v.type, v.const if _passed(node, index, v) else None)
             inputs.append(got)
             outer.append(v)
         inner[id(v)] = got

@@ -246,7 +246,7 @@ QuantizeLinear = metaop(
            "precision": int_(0)},
     types=f"T1 in {{float}}; T2 in {{float}}; T3 in {{{_QUANT_TYPES}}}",
     rule=_quantize_rule, semantics=quantize_semantics, reference=quantize_reference,
-    role=Role.ELEMENTWISE, reads=(2,), since=(10, 13, 19, 21, 23, 24, 25, 28),
+    role=Role.ELEMENTWISE, reads=(2,), passed=(1, 2), since=(10, 13, 19, 21, 23, 24, 25, 28),
     doc="y = saturate(round_half_even(x / scale) + zero_point); per tensor, axis or block.",
 )
 
@@ -298,7 +298,7 @@ DequantizeLinear = metaop(
     attrs={"axis": int_(1), "block_size": int_(0), "output_dtype": int_(0)},
     types=f"T1 in {{{_QUANT_TYPES}, int32}}; T2 in {{float, float8e8m0}}; T3 in {{float}}",
     rule=_dequantize_rule, semantics=dequantize_semantics, reference=dequantize_reference,
-    role=Role.ELEMENTWISE, since=(10, 13, 19, 21, 23, 24, 25, 28),
+    role=Role.ELEMENTWISE, passed=(1, 2), since=(10, 13, 19, 21, 23, 24, 25, 28),
     doc="y = (x - zero_point) * scale, computed in float32; per tensor, axis or block.",
 )
 

@@ -19,7 +19,8 @@ from metadef.ir import GraphBuilder
 from metadef.ops.defs.quantized import qlinear_matmul_reference
 from metadef.shape import parse_type
 
-pytestmark = [pytest.mark.jit, pytest.mark.skipif(not has_vnni(), reason="md_qgemm needs AVX512-VNNI")]
+pytestmark = pytest.mark.jit
+needs_vnni = pytest.mark.skipif(not has_vnni(), reason="md_qgemm needs AVX512-VNNI")
 
 RNG = np.random.default_rng(29)
 
@@ -40,6 +41,7 @@ def _operands(m: int, n: int, k: int, a_dtype: type, y_dtype: type, per_column: 
     return [a, sa, za, w, sw, zw, sy, zy]
 
 
+@needs_vnni
 @pytest.mark.parametrize("m,n,k", [(1, 10, 512), (13, 33, 7), (128, 96, 768), (25, 100, 30), (3, 64, 4),
                                    (12, 32, 9), (40, 31, 130)])
 @pytest.mark.parametrize("a_dtype", [np.uint8, np.int8])
@@ -76,6 +78,7 @@ def _qlinear_graph(shape: str, ops: list[np.ndarray]) -> md.Graph:
     return b.build()
 
 
+@needs_vnni
 @pytest.mark.parametrize("threads", [1, 2])
 def test_qlinear_matmul_runs_as_md_qgemm_at_any_batch(threads: int) -> None:
     ops = _operands(4, 200, 96, np.int8, np.uint8, per_column=True)
@@ -90,6 +93,7 @@ def test_qlinear_matmul_runs_as_md_qgemm_at_any_batch(threads: int) -> None:
         np.testing.assert_array_equal(sess.executable.run_steps({"a": a}, {"b": b, "s": s})[0], want)
 
 
+@needs_vnni
 def test_qlinear_matmul_that_md_qgemm_cannot_take_says_why() -> None:
     ops = _operands(4, 20, 96, np.uint8, np.uint8, per_column=False)
     ops[3] = _ints(np.uint8, (96, 20))  # uint8 weights with zero point 0: 255 does not fit in int8
@@ -125,6 +129,7 @@ def _qdq_model(path: str) -> None:
                     weight_type=QuantType.QInt8)
 
 
+@needs_vnni
 def test_an_onnxruntime_qdq_model_runs_as_integer_products(tmp_path: pytest.TempPathFactory) -> None:
     path = str(tmp_path / "q.onnx")  # type: ignore[operator]
     _qdq_model(path)
@@ -142,3 +147,30 @@ def test_an_onnxruntime_qdq_model_runs_as_integer_products(tmp_path: pytest.Temp
         step = float(np.abs(np.diff(np.unique(want))).min())  # the output's quantization step
         assert np.abs(got - want).max() <= 2 * step + 1e-6
         assert np.mean(got != want) < 0.02
+
+
+def test_layers_with_their_own_scales_share_one_kernel() -> None:
+    """Quantize-dequantize groups that differ only by their scales and zero points (each layer
+    of a quantized model) compile one kernel, which reads them at run time; each keeps its own
+    values, and a group mixes 8-bit inputs with float ones."""
+    from metadef.codegen.kernel import record_kernels
+    b = GraphBuilder("g")
+    c = b.const
+    for i, (scale, zero) in enumerate([(0.05, 3), (0.2, 200), (0.011, 128)]):
+        a = b.input(f"a{i}", parse_type("u8[n,40]"))
+        x, = b.node("DequantizeLinear", [a, c(f"sa{i}", np.float32(0.1)), c(f"za{i}", np.uint8(7))])
+        r, = b.node("Relu", [x])
+        q, = b.node("QuantizeLinear", [r, c(f"s{i}", np.float32(scale)), c(f"z{i}", np.uint8(zero))])
+        y, = b.node("DequantizeLinear", [q, c(f"s{i}b", np.float32(scale)), c(f"z{i}b", np.uint8(zero))])
+        b.output(y)
+    graph = md.optimize(b.build(), level="aggressive")
+    assert [n.op for n in graph.nodes] == ["Fused"] * 3
+    with record_kernels() as structures:
+        sess = md.compile(graph, target="x86", cache=False)
+    assert len(set(structures)) == 1 and len(structures) == 3
+    feeds = {f"a{i}": _ints(np.uint8, (9, 40)) for i in range(3)}
+    want = md.compile(graph, target="reference").run(feeds)
+    got = sess.run(feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert len({got[name].tobytes() for name in got}) == 3
