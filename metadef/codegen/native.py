@@ -25,7 +25,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_qgemm``: a quantized product (8-bit activations, constant int8 weights) on AVX512-VNNI's
-  dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`).
+  dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`); ``md_qconv`` the same for a
+  quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it.
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
   same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`);
   ``md_softmax_rows`` the softmax between them, the mask added, which Softmax nodes over rows
@@ -119,7 +120,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
-from metadef.codegen.native_qgemm import _qgemm
+from metadef.codegen.native_qgemm import _qconv, _qgemm, _qpack
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_scatter import (
@@ -425,6 +426,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_qgemm": _qgemm,
+    "md_qconv": _qconv,
+    "md_qpack": _qpack,
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
     "md_resize2d": _resize2d,
@@ -440,8 +443,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_bmm",
-                              "md_depthwise",
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qconv",
+                              "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -451,7 +454,8 @@ output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softma
 whose bodies unroll their own loops (md_softmax_rows with its log form as four bodies: 470 ->
 141 ms of LLVM, the same speed); the gathers and scatters, whose loops are written per element
 size (md_scatter_nd_reduce 330 -> 130 ms of LLVM)."""
-VECTORIZED_BY_HAND = frozenset({"md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_transpose",
+VECTORIZED_BY_HAND = frozenset({"md_qpack", "md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE,
+                                "md_transpose",
                                 "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
                                 "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
                                 "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -468,8 +472,8 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 :mod:`.native_scatter` move an element or a slice at a time, their reductions' vectors written
 out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
-OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_bmm",
-                               "md_depthwise",
+OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qconv", "md_conv1x1", "md_conv1x1t", "md_conv_direct",
+                               "md_bmm", "md_depthwise",
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",
                                "md_winograd4_in", "md_winograd4_out"})

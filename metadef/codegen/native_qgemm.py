@@ -275,5 +275,294 @@ def _qgemm(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["MAX_DEPTH", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_vnni", "pack_qgemm_weights",
-           "qgemm_dims"]
+
+
+# ------------------------------------------------------------------ quantized convolutions
+
+QPACK_DIMS = ("c", "h", "w", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow", "p32", "fill", "flip",
+              "task", "tasks")
+"""The dims of ``md_qpack``: args are ``[x [c, h, w] (one image, 8-bit), xp [ceil(q/4), p32, 4]]``
+with ``q = c*kh*kw`` rows of taps (``(c, dy, dx)`` in that order) and ``p32`` the output pixels
+``oh*ow`` rounded up to :data:`QGEMM_PANEL`; a tap outside the image reads ``fill`` (the
+activations' zero point, a byte), pixels past ``oh*ow`` and rows past ``q`` are 0; ``flip``: 1
+where the activations are int8 (each byte's sign bit flipped, as ``md_qgemm``'s ``a``). Task
+``task`` of ``tasks`` takes its share of the groups of 4 rows."""
+
+QCONV_DIMS = ("rows", "depth", "p", "p32", "zy", "lo", "hi", "task", "tasks")
+"""The dims of ``md_qconv``: args are ``[xp (see QPACK_DIMS), weights [rows, ceil(depth/4)*4] (int8,
+zero-padded), corr (int32) [rows], mult (float32) [rows], y [rows, p] (one image's output
+channels, 8-bit)]``; ``zy``, ``lo``, ``hi`` float32 bits. Task ``task`` of ``tasks`` takes its
+share of the (block of 32 pixels, chunk of :data:`QCONV_CHUNK` rows) units."""
+
+QCONV_CHUNK = 48
+"""Output channels a unit of ``md_qconv`` computes over one block of pixels (four 12-row tiles):
+the block's packed input stays in L1 while they pass."""
+
+
+def qpack_dims(c: int, h: int, w: int, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
+               begin: tuple[int, int], out_hw: tuple[int, int], *, fill: int, flip: bool, task: int = 0,
+               tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_qpack`` call (see :data:`QPACK_DIMS`).
+
+    Example:
+        >>> qpack_dims(64, 56, 56, (3, 3), (1, 1), (1, 1), (1, 1), (56, 56), fill=0, flip=False)[-5:]
+        (3136, 0, 0, 0, 1)
+    """
+    p = out_hw[0] * out_hw[1]
+    values = {"c": c, "h": h, "w": w, "kh": kernel[0], "kw": kernel[1], "sh": strides[0], "sw": strides[1],
+              "dh": dilations[0], "dw": dilations[1], "pt": begin[0], "pl": begin[1], "oh": out_hw[0],
+              "ow": out_hw[1], "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "fill": fill & 0xFF, "flip": int(flip),
+              "task": task, "tasks": tasks}
+    return tuple(values[d] for d in QPACK_DIMS)
+
+
+def qconv_dims(rows: int, depth: int, p: int, *, lo: float, hi: float, zy: float = 0.0, task: int = 0,
+               tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_qconv`` call (see :data:`QCONV_DIMS`).
+
+    Example:
+        >>> qconv_dims(64, 576, 3136, lo=-128, hi=127)[:4]
+        (64, 576, 3136, 3136)
+    """
+    values = {"rows": rows, "depth": depth, "p": p, "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "zy": _bits(zy),
+              "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks}
+    return tuple(values[d] for d in QCONV_DIMS)
+
+
+def qconv_units(rows: int, p: int) -> int:
+    """The units ``md_qconv`` shares out among tasks: blocks of pixels times chunks of rows."""
+    return -(-p // QGEMM_PANEL) * -(-rows // QCONV_CHUNK)
+
+
+def _qpack(module: ir.Module) -> None:
+    """Each group of 4 tap rows, each output row ``oy``: blocks of 16 output pixels, each tap's
+    16 bytes by one masked load (stride 1; 32 bytes, the even ones taken, at stride 2), the
+    lanes outside the image (padding, the row's end) the ``fill``, then interleaved (bytes
+    ``4 j + t``) and stored under a mask of the row's pixels; other strides pixel by pixel. Rows
+    past ``q`` are 0, and so are the pixels past ``oh * ow``."""
+    b, args, dims = _define(module, "md_qpack")
+    x, xp = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QPACK_DIMS)}
+    taps = b.mul(d["kh"], d["kw"])
+    q = b.mul(d["c"], taps)
+    groups = b.sdiv(b.add(q, I64(3)), I64(4))
+    first, last = _share(b, groups, d)
+    mask = b.trunc(b.mul(d["flip"], I64(0x80)), I8)
+    fill = b.xor(b.trunc(d["fill"], I8), mask)
+    row_bytes = b.mul(d["p32"], I64(4))
+    ow, sw = d["ow"], d["sw"]
+    v16b, v32b, v64b = V16B, ir.VectorType(I8, 32), ir.VectorType(I8, 64)
+    bit16, bit32, bit64 = (ir.VectorType(ir.IntType(1), n) for n in (16, 32, 64))
+    load16 = _intrinsic(module, "llvm.masked.load.v16i8.p0", ir.FunctionType(v16b, [PTR, I32, bit16, v16b]))
+    load32 = _intrinsic(module, "llvm.masked.load.v32i8.p0", ir.FunctionType(v32b, [PTR, I32, bit32, v32b]))
+    store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
+                         ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
+    iota16 = ir.Constant(ir.VectorType(I64, 16), list(range(16)))
+    iota32 = ir.Constant(ir.VectorType(I64, 32), list(range(32)))
+    even = ir.Constant(bit32, [i % 2 == 0 for i in range(32)])
+    vector_strides = b.or_(b.icmp_signed("==", sw, I64(1)), b.icmp_signed("==", sw, I64(2)))
+
+    def group(g: ir.Value) -> None:
+        base = b.gep(xp, [b.mul(g, row_bytes)], source_etype=I8)
+        p_bytes = b.mul(b.mul(d["oh"], ow), I64(4))
+        b.call(module.declare_intrinsic("llvm.memset", [PTR, I64]),  # (the pixels past oh * ow)
+               [b.gep(base, [p_bytes], source_etype=I8), I8(0), b.sub(row_bytes, p_bytes), ir.IntType(1)(0)])
+        tap = []
+        for t in range(4):
+            r = b.add(b.mul(g, I64(4)), I64(t))
+            real = b.icmp_signed("<", r, q)
+            rr = b.select(real, r, I64(0))
+            c, rest = b.sdiv(rr, taps), b.srem(rr, taps)
+            dy, dx = b.sdiv(rest, d["kw"]), b.srem(rest, d["kw"])
+            plane = b.gep(x, [b.mul(c, b.mul(d["h"], d["w"]))], source_etype=I8)
+            tap.append((real, plane, b.sub(b.mul(dy, d["dh"]), d["pt"]), b.sub(b.mul(dx, d["dw"]), d["pl"]),
+                        b.select(real, fill, I8(0))))
+
+        def out_row(oy: ir.Value) -> None:
+            rows = []
+            for real, plane, off_y, off_x, t_fill in tap:
+                iy = b.add(b.mul(oy, d["sh"]), off_y)
+                inside = b.and_(real, b.and_(b.icmp_signed(">=", iy, I64(0)), b.icmp_signed("<", iy, d["h"])))
+                # (a row outside reads nothing: its loads are all masked off, from the plane's start)
+                src = b.gep(plane, [b.select(inside, b.mul(iy, d["w"]), I64(0))], source_etype=I8)
+                rows.append((inside, src, off_x, t_fill))
+            dst = b.gep(base, [b.mul(b.mul(oy, ow), I64(4))], source_etype=I8)
+
+            def vectors() -> None:
+                def block(k: ir.Value) -> None:
+                    ox0 = b.mul(k, I64(16))
+                    left = b.sub(ow, ox0)
+                    pixels = b.icmp_signed("<", iota16, _splat(b, left, 16))
+                    got = []
+                    for inside, src, off_x, t_fill in rows:
+                        start = b.add(b.mul(ox0, sw), off_x)
+                        raw = b.xor(t_fill, mask)  # (flipped with the rest below: the fill as it is)
+                        passthru16 = _splat(b, raw, 16)
+                        at = b.gep(src, [start], source_etype=I8)
+
+                        def lanes(iota: ir.Value, n: int, start: ir.Value = start, inside: ir.Value = inside
+                                  ) -> ir.Value:
+                            ix = b.add(iota, _splat(b, start, n))
+                            ok = b.and_(b.icmp_signed(">=", ix, _splat(b, I64(0), n)),
+                                        b.icmp_signed("<", ix, _splat(b, d["w"], n)))
+                            return b.and_(ok, _splat(b, inside, n))
+
+                        one = b.icmp_signed("==", sw, I64(1))
+                        with b.if_else(one) as (unit, two):
+                            with unit:
+                                m16 = b.and_(lanes(iota16, 16), pixels)
+                                v1 = b.call(load16, [at, I32(1), m16, passthru16])
+                                blk1 = b.block
+                            with two:
+                                wide = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 32),
+                                                                                   [i // 2 for i in range(32)]))
+                                m32 = b.and_(b.and_(lanes(iota32, 32), wide), even)
+                                v32 = b.call(load32, [at, I32(1), m32, _splat(b, raw, 32)])
+                                v2 = b.shuffle_vector(v32, v32, ir.Constant(ir.VectorType(I32, 16),
+                                                                            [2 * i for i in range(16)]))
+                                blk2 = b.block
+                        v = b.phi(v16b)
+                        v.add_incoming(v1, blk1)
+                        v.add_incoming(v2, blk2)
+                        got.append(b.xor(v, _splat(b, mask, 16)))
+                    pair = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(ir.VectorType(I32, 32),
+                                                                                     list(range(32))))
+                            for i in range(2)]
+                    allv = b.shuffle_vector(pair[0], pair[1], ir.Constant(ir.VectorType(I32, 64), list(range(64))))
+                    inter = b.shuffle_vector(allv, allv, ir.Constant(ir.VectorType(I32, 64),
+                                                                     [16 * (i % 4) + i // 4 for i in range(64)]))
+                    keep = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 64),
+                                                                        [i // 4 for i in range(64)]))
+                    b.call(store64, [inter, b.gep(dst, [b.mul(ox0, I64(4))], source_etype=I8), I32(1), keep])
+
+                _loop(b, I64(0), b.sdiv(b.add(ow, I64(15)), I64(16)), block)
+
+            def scalars() -> None:
+                def pixel(ox: ir.Value) -> None:
+                    for t, (inside, src, off_x, t_fill) in enumerate(rows):
+                        ix = b.add(b.mul(ox, sw), off_x)
+                        ok = b.and_(inside, b.and_(b.icmp_signed(">=", ix, I64(0)), b.icmp_signed("<", ix, d["w"])))
+                        v = b.load(b.gep(src, [b.select(ok, ix, I64(0))], source_etype=I8), typ=I8)
+                        v = b.select(ok, b.xor(v, mask), t_fill)
+                        b.store(v, b.gep(dst, [b.add(b.mul(ox, I64(4)), I64(t))], source_etype=I8))
+
+                _loop(b, I64(0), ow, pixel)
+
+            with b.if_else(vector_strides) as (fast, slow):
+                with fast:
+                    vectors()
+                with slow:
+                    scalars()
+
+        _loop(b, I64(0), d["oh"], out_row)
+
+    _loop(b, first, last, group)
+    b.ret_void()
+
+
+def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
+    """``tile(xp, p32, w, wrow, steps, corr, mult, y, p, cols, zy, lo, hi)``: output channels
+    ``[0, mr)`` x 32 pixels: ``steps`` depth steps of 4 (the block's 32 pixels x 4 bytes from
+    ``xp``, rows ``p32 * 4`` bytes apart; each channel's 4 weights broadcast), requantized with
+    the channel's correction and multiplier, the first ``cols`` pixels stored."""
+    params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, F32, F32, F32]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), f"md_qconv_tile{mr}")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    xp, p32, w, wrow, steps, corr, mult, y, p, cols, zy, lo, hi = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    dot = _dot(module)
+    zero = ir.Constant(V16I, [0] * 16)
+    rows = [b.gep(w, [b.mul(I64(r), wrow)], source_etype=I8) for r in range(mr)]
+    stride = b.mul(p32, I64(4))
+    pre = b.block
+    head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
+    b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
+    b.position_at_end(head)
+    s = b.phi(I64)
+    s.add_incoming(I64(0), pre)
+    accs = [b.phi(V16I) for _ in range(2 * mr)]
+    for acc in accs:
+        acc.add_incoming(zero, pre)
+    block = b.gep(xp, [b.mul(s, stride)], source_etype=I8)
+    halves = [b.load(b.gep(block, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
+    new = []
+    for r in range(mr):
+        word = b.load(b.gep(rows[r], [b.mul(s, I64(4))], source_etype=I8), typ=I32, align=4)
+        v = _splat(b, word, 16)
+        new += [b.call(dot, [accs[2 * r + h], halves[h], v]) for h in range(2)]
+    nxt = b.add(s, I64(1))
+    s.add_incoming(nxt, b.block)
+    for acc, value in zip(accs, new):
+        acc.add_incoming(value, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
+    b.position_at_end(after)
+    final = []
+    for value in new:
+        merged = b.phi(V16I)
+        merged.add_incoming(zero, pre)
+        merged.add_incoming(value, head)
+        final.append(merged)
+
+    roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
+    store = _intrinsic(module, "llvm.masked.store.v16i8.p0",
+                       ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
+    zyv, lov, hiv = (_splat(b, v, 16) for v in (zy, lo, hi))
+    lanes = ir.Constant(V16I, list(range(16)))
+    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+    masks = [b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16)) for h in range(2)]
+    for r in range(mr):
+        c = _splat(b, b.load(b.gep(corr, [I64(r)], source_etype=I32), typ=I32), 16)
+        f = _splat(b, b.load(b.gep(mult, [I64(r)], source_etype=F32), typ=F32), 16)
+        for h in range(2):
+            v = b.fmul(b.sitofp(b.add(final[2 * r + h], c), V16F), f)
+            v = b.fadd(b.call(roundeven, [v]), zyv)
+            v = b.select(b.fcmp_ordered("<", v, lov), lov, v)
+            v = b.select(b.fcmp_ordered(">", v, hiv), hiv, v)
+            qv = b.trunc(b.fptosi(v, V16I), V16B)
+            at = b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I8)
+            with b.if_else(whole) as (full, part):
+                with full:
+                    b.store(qv, at, align=1)
+                with part:
+                    b.call(store, [qv, at, I32(1), masks[h]])
+    b.ret_void()
+    return fn
+
+
+def _qconv(module: ir.Module) -> None:
+    tiles = {mr: _qconv_tile(module, mr) for mr in QGEMM_ROW_TILES}
+    b, args, dims = _define(module, "md_qconv")
+    xp, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QCONV_DIMS)}
+    rows, p, p32 = d["rows"], d["p"], d["p32"]
+    zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
+    steps = b.sdiv(b.add(d["depth"], I64(3)), I64(4))
+    wrow = b.mul(steps, I64(4))
+    blocks = b.sdiv(p32, I64(QGEMM_PANEL))
+    chunks = b.sdiv(b.add(rows, I64(QCONV_CHUNK - 1)), I64(QCONV_CHUNK))
+    first, last = _share(b, b.mul(blocks, chunks), d)
+
+    def unit(u: ir.Value) -> None:
+        blk, chunk = b.sdiv(u, chunks), b.srem(u, chunks)
+        j0 = b.mul(blk, I64(QGEMM_PANEL))
+        cols = b.sub(p, j0)
+        r_lo = b.mul(chunk, I64(QCONV_CHUNK))
+        count = b.sub(rows, r_lo)
+        count = b.select(b.icmp_signed(">", count, I64(QCONV_CHUNK)), I64(QCONV_CHUNK), count)
+        xb = b.gep(xp, [b.mul(j0, I64(4))], source_etype=I8)
+
+        def rows_from(r0: ir.Value, mr: int) -> None:
+            r = b.add(r_lo, r0)
+            b.call(tiles[mr], [xb, p32, b.gep(w, [b.mul(r, wrow)], source_etype=I8), wrow, steps,
+                               b.gep(corr, [r], source_etype=I32), _elem(b, mult, r),
+                               b.gep(y, [b.add(b.mul(r, p), j0)], source_etype=I8), p, cols, zy, lo, hi])
+
+        _row_tiles(b, count, QGEMM_ROW_TILES, rows_from)
+
+    _loop(b, first, last, unit)
+    b.ret_void()
+
+
+__all__ = ["MAX_DEPTH", "QCONV_CHUNK", "QCONV_DIMS", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "QPACK_DIMS",
+           "has_vnni", "pack_qgemm_weights", "qconv_dims", "qconv_units", "qgemm_dims", "qpack_dims"]
