@@ -16,7 +16,7 @@ Example:
     >>> choose(g.nodes[0]).kind
     'reference'
     >>> sorted(contraction_kernels)
-    ['Conv', 'ConvTranspose', 'Einsum', 'Gemm', 'MatMul', 'QLinearMatMul', 'ai.metadef::Attention']
+    ['Conv', 'ConvTranspose', 'Einsum', 'Gemm', 'MatMul', 'QLinearConv', 'QLinearMatMul', 'ai.metadef::Attention']
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.indexing import gather_elements_node, gather_nd_node, scatter_elements_node, scatter_nd_node
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import avgpool_lowering, maxpool_lowering
-from metadef.backends.x86.quantized import qlinear_matmul_kernel, qlinear_matmul_native
+from metadef.backends.x86.quantized import (
+    qlinear_conv_kernel,
+    qlinear_conv_native,
+    qlinear_matmul_kernel,
+    qlinear_matmul_native,
+)
 from metadef.backends.x86.recurrent import recurrent_node
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
@@ -163,6 +168,7 @@ contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.Co
     "ai.metadef::Attention": _attention,
     "ConvTranspose": conv_transpose.convtranspose_kernel,
     "QLinearMatMul": qlinear_matmul_kernel,
+    "QLinearConv": qlinear_conv_kernel,
 }
 
 
@@ -325,6 +331,7 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
     "Einsum": lambda node, src, out, consts: einsum_lowering(
         str(attrs_of(node)["equation"]), src[0], src[1] if len(src) > 1 else NULL, out, _dtype_of(node)),
     "QLinearMatMul": qlinear_matmul_native,
+    "QLinearConv": qlinear_conv_native,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its

@@ -38,11 +38,26 @@ from typing import Any
 
 import numpy as np
 
+from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
+from metadef.codegen.native_qgemm import (
+    MAX_DEPTH,
+    QGEMM_PANEL,
+    has_vnni,
+    pack_qgemm_weights,
+    qconv_dims,
+    qconv_units,
+    qgemm_dims,
+    qpack_dims,
+)
+from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
+from metadef.ops import infer_types
+from metadef.ops.defs.nn_pool import window
 from metadef.ops.defs.quantized import qlinear_matmul_reference, saturation
+from metadef.ops.numpy_eval import run_node
+from metadef.shape import TensorType
 
 
 @dataclass(frozen=True)
@@ -183,5 +198,206 @@ def qlinear_matmul_native(node: Node, sources: Sequence[Arg], out: Arg, consts: 
     return None if isinstance(plan, str) else qgemm_lowering(plan, sources[0], out)
 
 
-__all__ = ["QGemmPlan", "constants", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_matmul_kernel",
+# ------------------------------------------------------------------------------- QLinearConv
+
+
+@dataclass(frozen=True)
+class QConvPlan:
+    """What ``md_qpack`` and ``md_qconv`` need of a QLinearConv node: its window, the weights
+    as int8 rows of ``ceil(depth/4)*4`` (less their zero point), the int32 correction (bias less
+    what the activations' zero point takes away) and float32 multiplier a channel, the output's
+    zero point and range, the activations' zero point (the padding) and whether they are int8."""
+
+    attrs: Mapping[str, Any]
+    kernel: tuple[int, int]
+    channels: int
+    depth: int
+    weights: np.ndarray
+    corr: np.ndarray
+    mult: np.ndarray
+    zy: float
+    lo: float
+    hi: float
+    fill: int
+    flip: bool
+    out_dtype: np.dtype
+
+    def steps(self, x: Sequence[int], out_hw: tuple[int, int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | str:
+        """Per image: the dims of its ``md_qpack`` and ``md_qconv`` calls (or why not)."""
+        n, c, h, w = x
+        win = window(self.attrs, (h, w), self.kernel)
+        begin = tuple(int(v) for v in win.begin)
+        if min(begin) < 0 or min(int(v) for v in win.end) < 0:
+            return "negative padding"
+        pack = qpack_dims(c, h, w, self.kernel, tuple(win.strides), tuple(win.dilations), begin, out_hw,  # type: ignore[arg-type]
+                          fill=self.fill, flip=self.flip)
+        conv = qconv_dims(self.channels, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi, zy=self.zy)
+        return [(pack, conv)] * n
+
+    def scratch(self, out_hw: tuple[int, int]) -> int:
+        p = out_hw[0] * out_hw[1]
+        return -(-self.depth // 4) * -(-p // QGEMM_PANEL) * QGEMM_PANEL * 4 + 64
+
+
+def _aligned_rows(w: np.ndarray) -> np.ndarray:
+    """``w [k, q]`` (int8) as rows of ``ceil(q/4)*4`` bytes, zero-padded, 64-byte aligned."""
+    k, q = w.shape
+    width = -(-q // 4) * 4
+    raw = np.zeros(k * width + 64, np.int8)
+    start = -raw.ctypes.data % 64
+    out = raw[start:start + k * width].reshape(k, width)
+    out[:, :q] = w
+    return out
+
+
+def qconv_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvPlan | str:
+    """The :class:`QConvPlan` of a ``QLinearConv`` node whose inputs have ``values`` (None: not
+    a constant), or why it cannot run as ``md_qpack`` + ``md_qconv``."""
+    if not has_vnni():
+        return "this CPU has no AVX512-VNNI (md_qconv's int8 dot products)"
+    x = node.inputs[0].type if node.inputs[0] is not None else None
+    if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
+        return "only 2-D convolutions of 8-bit activations run as md_qconv"
+    sx, zx, w, sw, zw, sy, zy = (values[i] if i < len(values) else None for i in range(1, 8))
+    bias = values[8] if len(values) > 8 else None
+    attrs = attrs_of(node)
+    if int(attrs.get("group") or 1) != 1:
+        return "a grouped QLinearConv runs its reference kernel"
+    if w is None or np.ndim(w) != 4:
+        return "the weights are not a constant 4-D tensor"
+    if not all(_per_tensor(v) for v in (sx, zx, sy, zy)):
+        return "the activations' or the output's scale or zero point is not one constant"
+    k = w.shape[0]
+    if sw is None or zw is None or np.size(sw) not in (1, k) or np.size(zw) not in (1, k):
+        return "the weights' scale or zero point is not one constant or one an output channel"
+    if len(node.inputs) > 8 and node.inputs[8] is not None and bias is None:
+        return "the bias is not a constant"
+    depth = int(np.prod(w.shape[1:]))
+    if depth > MAX_DEPTH:
+        return f"depth {depth} is above md_qconv's {MAX_DEPTH}"
+    shifted = np.asarray(w, np.int32).reshape(k, depth) - np.asarray(zw, np.int32).reshape(-1, 1)
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return "the weights less their zero point do not fit in int8"
+    out = np.asarray(zy).dtype
+    bounds = saturation(out)
+    if bounds is None or out not in (np.uint8, np.int8):
+        return f"the output is {out}, not uint8 or int8"
+    flip = x.dtype.numpy == np.int8
+    fill = int(np.asarray(zx).reshape(()))
+    corr = (np.zeros(k, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)) \
+        - (fill + 128 * flip) * shifted.sum(axis=1)
+    if np.abs(corr).max(initial=0) >= 2**31:
+        return "the bias and the zero point's correction do not fit in int32"
+    # the reference's multiplier exactly: (x_scale * w_scale) / y_scale in float32
+    mult = np.asarray(sx, np.float32).reshape(()) * np.broadcast_to(np.asarray(sw, np.float32).reshape(-1), (k,)) \
+        / np.asarray(sy, np.float32).reshape(())
+    kernel = tuple(int(v) for v in (attrs.get("kernel_shape") or w.shape[2:]))
+    return QConvPlan(attrs, kernel, k, depth, _aligned_rows(shifted.astype(np.int8)),  # type: ignore[arg-type]
+                     corr.astype(np.int32), np.ascontiguousarray(mult, np.float32), float(np.asarray(zy).reshape(())),
+                     *bounds, fill, flip, out)
+
+
+def _pack_tasks(dims: tuple[int, ...], groups: int, count: int) -> list[tuple[int, ...]] | None:
+    if count < 2 or groups < count or groups * dims[-5] * 4 < 4 * PARALLEL_ELEMENTS:
+        return None
+    return [(*dims[:-2], t, count) for t in range(count)]
+
+
+def _conv_tasks(dims: tuple[int, ...], units: int, count: int) -> list[tuple[int, ...]] | None:
+    if count < 2 or units < count:
+        return None
+    return [(*dims[:-2], t, count) for t in range(count)]
+
+
+def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg) -> Any:
+    """The node in a native program: per image, ``md_qpack`` into the scratch, then ``md_qconv``."""
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape = inputs[0]
+        if shape is None or len(outputs[0]) != 4:
+            return "the activations are absent"
+        out_hw = (int(outputs[0][2]), int(outputs[0][3]))
+        steps = plan.steps(shape, out_hw)
+        if isinstance(steps, str):
+            return steps
+        _, c, h, w = shape
+        p = out_hw[0] * out_hw[1]
+        groups, units = -(-plan.depth // 4), qconv_units(plan.channels, p)
+        scratch = Arg("scratch", 0)
+        pack_fn, conv_fn = native_function("md_qpack"), native_function("md_qconv")
+        calls = []
+        for i, (pack, conv) in enumerate(steps):
+            calls.append(Call(pack_fn, (x.at(i * c * h * w), scratch), pack, "qconv pack (int8)",
+                              lambda count, dims=pack: _pack_tasks(dims, groups, count)))
+            calls.append(Call(conv_fn, (scratch, Arg("addr", plan.weights.ctypes.data),
+                                        Arg("addr", plan.corr.ctypes.data), Arg("addr", plan.mult.ctypes.data),
+                                        out.at(i * plan.channels * p)), conv, "qconv own kernel (int8)",
+                              lambda count, dims=conv: _conv_tasks(dims, units, count)))
+        return NativeStep(tuple(calls), (plan.scratch(out_hw),) if calls else (), keep=(plan,))
+
+    return needing(lower, "md_qpack", "md_qconv")
+
+
+def qconv_function(node: Node) -> Any:
+    """The node step by step: ``md_qpack`` and ``md_qconv`` per image, the plan made from the
+    first call's constants, or the reference where they do not fit."""
+    plans: list[tuple[Sequence[Any], QConvPlan | str]] = []
+
+    def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
+        if not plans or any(x is not y for x, y in zip(plans[0][0], args[1:])):
+            plans[:] = [(list(args[1:]), qconv_plan(node, [None, *args[1:]]))]
+        plan = plans[0][1]
+        t = node.outputs[0].type
+        if isinstance(plan, str) or t is None or t.shape is None:
+            return _reference(node, args)
+        x = np.ascontiguousarray(args[0])
+        win = window(plan.attrs, x.shape[2:], plan.kernel)
+        out_hw = tuple(int((size + int(b0) + int(e0) - d * (kk - 1) - 1) // s + 1) for size, b0, e0, d, kk, s in
+                       zip(x.shape[2:], win.begin, win.end, win.dilations, plan.kernel, win.strides))
+        y = np.empty((x.shape[0], plan.channels, *out_hw), plan.out_dtype)
+        steps = plan.steps(x.shape, out_hw)  # type: ignore[arg-type]
+        if isinstance(steps, str):
+            return _reference(node, args)
+        raw = np.empty(plan.scratch(out_hw), np.uint8)
+        scratch = raw[-raw.ctypes.data % 64:]
+        for i, (pack, conv) in enumerate(steps):
+            xi, yi = x[i], y[i]
+            ENTRY(native_function("md_qpack"))((ctypes.c_void_p * 2)(xi.ctypes.data, scratch.ctypes.data),
+                                               (ctypes.c_int64 * len(pack))(*pack))
+            pointers = (ctypes.c_void_p * 5)(scratch.ctypes.data, plan.weights.ctypes.data, plan.corr.ctypes.data,
+                                             plan.mult.ctypes.data, yi.ctypes.data)
+            ENTRY(native_function("md_qconv"))(pointers, (ctypes.c_int64 * len(conv))(*conv))
+        return y
+
+    return run
+
+
+def _reference(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
+    """The node's reference kernel on these arguments (their types concrete)."""
+    attrs = attrs_of(node)
+    types = [None if a is None else TensorType(from_numpy(a.dtype), a.shape) for a in args]
+    outs = infer_types(node.metaop, node.name, types, attrs)
+    return run_node(node.metaop, attrs, list(args), outs, node.name)[0]
+
+
+def qlinear_conv_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
+    """``contraction_kernels``' entry for QLinearConv."""
+    values = constants(node)
+    plan = qconv_plan(node, values) if values[3] is not None else None
+    if isinstance(plan, str):
+        return None, plan
+    if not has_vnni():
+        return None, "this CPU has no AVX512-VNNI (md_qconv's int8 dot products)"
+    return qconv_function(node), "md_qconv (our int8 kernel, AVX512-VNNI), input packed by md_qpack"
+
+
+def qlinear_conv_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]) -> Any:
+    """``native_contractions``' entry for QLinearConv."""
+    plan = qconv_plan(node, consts)
+    return None if isinstance(plan, str) else qconv_lowering(plan, sources[0], out)
+
+
+__all__ = ["QConvPlan", "QGemmPlan", "constants", "qconv_lowering", "qconv_plan", "qlinear_conv_kernel",
+           "qlinear_conv_native", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_matmul_kernel",
            "qlinear_matmul_native"]

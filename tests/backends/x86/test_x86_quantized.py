@@ -174,3 +174,100 @@ def test_layers_with_their_own_scales_share_one_kernel() -> None:
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
     assert len({got[name].tobytes() for name in got}) == 3
+
+
+def _qconv_graph(x_shape: tuple[int, ...], x_dtype: type, k: int, kernel: tuple[int, int], attrs: dict,
+                 per_channel: bool, bias: bool) -> tuple[md.Graph, np.ndarray]:
+    c = x_shape[1]
+    w = _ints(np.int8, (k, c, *kernel))
+    sw = RNG.uniform(0.002, 0.01, k).astype(np.float32) if per_channel else np.float32(0.006)
+    sy = np.float32(0.02 * 0.006 * 74 * 74 * np.sqrt(c * kernel[0] * kernel[1]) / 40)
+    zx = np.asarray(5 if x_dtype is np.uint8 else -7, x_dtype)
+    consts = [np.float32(0.02), zx, w, sw, np.zeros(np.shape(sw), np.int8), sy, np.uint8(128)]
+    if bias:
+        consts.append(RNG.integers(-20000, 20000, k).astype(np.int32))
+    b = GraphBuilder("g")
+    names = ("sx", "zx", "w", "sw", "zw", "sy", "zy", "b")
+    tag = "u8" if x_dtype is np.uint8 else "i8"
+    y, = b.node("QLinearConv", [b.input("x", parse_type(f"{tag}[n,{c},{x_shape[2]},{x_shape[3]}]")),
+                                *(b.const(n, np.asarray(v)) for n, v in zip(names, consts))], attrs)
+    b.output(y)
+    return b.build(), _ints(x_dtype, x_shape)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_shape,k,kernel,attrs", [
+    ((2, 16, 10, 10), 24, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 8, 9, 11), 40, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
+    ((1, 32, 7, 7), 13, (1, 1), {}),
+    ((1, 3, 23, 23), 8, (7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ((1, 5, 6, 6), 70, (1, 1), {"strides": [2, 2]}),
+    ((1, 6, 40, 40), 9, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ((1, 4, 12, 12), 5, (3, 3), {"strides": [3, 3]}),
+])
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+def test_qlinear_conv_runs_as_md_qconv_bit_for_bit(x_shape: tuple[int, ...], k: int, kernel: tuple[int, int],
+                                                    attrs: dict, x_dtype: type) -> None:
+    graph, x = _qconv_graph(x_shape, x_dtype, k, kernel, attrs, per_channel=k % 2 == 0, bias=k != 13)
+    want = next(iter(md.compile(graph, target="reference").run({"x": x}).values()))
+    for threads in (1, 2):
+        sess = md.compile(graph, target="x86", cache=False, threads=threads)
+        assert sess.executable.plan[0].reason.startswith("md_qconv")
+        np.testing.assert_array_equal(next(iter(sess.run({"x": x}).values())), want)
+    np.testing.assert_array_equal(sess.executable.run_steps({"x": x}, {"n": x_shape[0]})[0], want)
+    assert len(np.unique(want)) > 20
+
+
+def _qdq_cnn(path: str, activations: str) -> None:
+    """A small residual CNN (3x3 and 1x1 convs with bias, Relu, Add, a strided conv, a
+    depthwise conv) quantized by ONNX Runtime after its pre-processing."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array((RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+                                             ).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+             helper.make_node("Add", ["c2", "r1"], ["s"]),
+             helper.make_node("Conv", ["s", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Conv", ["c3", "w4", "b4"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    inits = [w("w1", 16, 3, 3, 3), w("b1", 16), w("w2", 16, 16, 1, 1), w("b2", 16), w("w3", 16, 1, 3, 3),
+             w("b3", 16), w("w4", 24, 16, 3, 3), w("b4", 24)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 24, 10, 10])], inits)
+    float_path = path + ".float.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), float_path)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{"x": RNG.standard_normal((2, 3, 20, 20)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    kind = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
+    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QDQ, activation_type=kind,
+                    weight_type=QuantType.QInt8, per_channel=activations == "int8")
+
+
+@needs_vnni
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathFactory, activations: str) -> None:
+    path = str(tmp_path / "q.onnx")  # type: ignore[operator]
+    _qdq_cnn(path, activations)
+    graph = md.optimize(md.import_onnx(onnx.load(path)), level="aggressive")
+    sess = md.compile(graph, target="x86", cache=False)
+    reasons = [e.reason for e in sess.executable.plan]
+    assert sum("md_qconv" in r for r in reasons) == 3, reasons  # (the depthwise conv keeps its float form)
+    ort_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = md.compile(graph, target="reference")
+    for n in (1, 3):
+        x = RNG.standard_normal((n, 3, 20, 20)).astype(np.float32)
+        got = sess.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, ref.run({"x": x})["y"])
+        want = ort_sess.run(None, {"x": x})[0]
+        step = float(np.abs(np.diff(np.unique(want))).min())
+        assert np.abs(got - want).max() <= 3 * step + 1e-6
+        assert np.mean(got != want) < 0.05
