@@ -12,6 +12,10 @@ weights into float32 ones.
   with constant int8/uint8 weights ``W`` and constant scales and zero points (the activations'
   and the output's per tensor, the weights' per tensor or per column of a 2-D ``W``) ->
   ``QLinearMatMul``.
+- ``recognize_qlinear_conv``: ``QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(W)
+  (, DequantizeLinear(B))))`` with constant 8-bit weights (scale per tensor or per output
+  channel), an ungrouped Conv, and a bias of int32 at scale ``x_scale * w_scale`` (ONNX
+  Runtime's) -> ``QLinearConv``. Grouped and depthwise convs keep the float form.
 
 Numerics: the product is exact in int32 and requantized with ``a_scale * w_scale / y_scale``
 in float32, as ONNX Runtime does; the float form rounds its sum along the way. Where the two
@@ -46,6 +50,7 @@ from metadef.passes.base import PassContext
 from metadef.passes.patterns.common import emit, escaping
 from metadef.rewrite import GraphEditor, Match, Refusal, Rule, const, op, rewrite, var
 from metadef.rewrite.engine import Built
+from metadef.rewrite.pattern import Pattern
 
 _PLAIN = {"block_size": 0}
 
@@ -75,15 +80,56 @@ def _qlinear_matmul(m: Match, ed: GraphEditor) -> Built:
     return emit(m, ed, "QLinearMatMul", [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")])
 
 
+def _qlinear_conv(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed, shared=("dq_a", "dq_w", "dq_b"))
+    if refusal is not None:
+        return refusal
+    conv = m.node("conv")
+    if int(conv.attrs.get("group", 1) or 1) != 1:
+        return Refusal("a grouped conv keeps its float form (its weights are few)")
+    w, sw, zw = (np.asarray(m.value(n).const) for n in ("w", "sw", "zw"))
+    if w.ndim != 4 or w.dtype not in (np.int8, np.uint8):
+        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not 4-D 8-bit")
+    k = w.shape[0]
+    if sw.size not in (1, k) or zw.size != sw.size or (sw.size > 1 and int(m.node("dq_w").attrs.get("axis", 1)) != 0):
+        return Refusal("the weights' scale and zero point are not one value or one an output channel")
+    a = m.value("a").type
+    if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
+        return Refusal("the activations are not 8-bit")
+    if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
+        return Refusal("the output is not 8-bit")
+    inputs = [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")]
+    if m.has("b"):
+        b, sb, zb = (np.asarray(m.value(n).const) for n in ("b", "sb", "zb"))
+        want = np.asarray(m.value("sa").const, np.float32).reshape(()) * sw.astype(np.float32).reshape(-1)
+        if b.dtype != np.int32 or b.shape != (k,) or np.any(zb != 0) \
+                or not np.allclose(np.broadcast_to(sb.reshape(-1), (k,)), want, rtol=1e-6, atol=0):
+            return Refusal("the bias is not int32 at the scale x_scale * w_scale with zero point 0")
+        inputs.append(m.value("b"))
+    return emit(m, ed, "QLinearConv", inputs, dict(conv.attrs))
+
+
 _DQ_A = op("DequantizeLinear", var("a"), const("sa", where=_one), const("za", where=_one), name="dq_a",
            attrs=_PLAIN)
 _DQ_W = op("DequantizeLinear", const("w"), const("sw"), const("zw"), name="dq_w", attrs=_PLAIN)
+
+_DQ_CW = op("DequantizeLinear", const("w"), const("sw"), const("zw"), name="dq_w", attrs=_PLAIN)
+_DQ_B = op("DequantizeLinear", const("b"), const("sb"), const("zb"), name="dq_b", attrs=_PLAIN)
+
+
+def _quantized(inner: Pattern) -> Pattern:
+    return op("QuantizeLinear", inner, const("sy", where=_one), const("zy", where=_one), name="quantize",
+              attrs={"block_size": 0, "precision": 0})
+
 
 quantized_rules = [
     Rule("recognize_qlinear_matmul",
          op("QuantizeLinear", op("MatMul", _DQ_A, _DQ_W, name="matmul"), const("sy", where=_one),
             const("zy", where=_one), name="quantize", attrs={"block_size": 0, "precision": 0}),
          _qlinear_matmul, doc="QuantizeLinear(MatMul(DequantizeLinear(a), DequantizeLinear(W))) -> QLinearMatMul"),
+    *(Rule("recognize_qlinear_conv", _quantized(op("Conv", *operands, name="conv")), _qlinear_conv,
+           doc="QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(W), DequantizeLinear(B))) -> QLinearConv")
+      for operands in ((_DQ_A, _DQ_CW, _DQ_B), (_DQ_A, _DQ_CW))),
 ]
 
 

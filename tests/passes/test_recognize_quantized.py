@@ -78,3 +78,43 @@ def test_what_is_not_a_quantized_product_stays_with_the_reason(case: dict, reaso
     assert "QLinearMatMul" not in [n.op for n in new.nodes]
     refused = [line for line in log.lines() if line.startswith("refused recognize_qlinear_matmul")]
     assert refused and reason in refused[0], log.lines()
+
+
+def _qdq_conv(group: int = 1, bias_scale: float | None = None, w_scale: np.ndarray | None = None) -> Graph:
+    """``Q(Conv(DQ(x), DQ(W), DQ(B)))`` as ONNX Runtime's quantizer writes it."""
+    b = GraphBuilder("g")
+    c = b.const
+    x = b.input("x", parse_type("i8[n,8,10,10]"))
+    sx, sw = np.float32(0.05), np.float32(0.01) if w_scale is None else w_scale
+    dx, = b.node("DequantizeLinear", [x, c("sx", sx), c("zx", np.int8(-3))])
+    w = RNG.integers(-128, 128, (16, 8 // group, 3, 3)).astype(np.int8)
+    dw, = b.node("DequantizeLinear", [c("w", w), c("sw", sw), c("zw", np.zeros(np.shape(sw), np.int8))], {"axis": 0})
+    scale = (sx * np.asarray(sw, np.float32)).astype(np.float32) if bias_scale is None else np.float32(bias_scale)
+    db, = b.node("DequantizeLinear", [c("b", RNG.integers(-999, 999, 16).astype(np.int32)), c("sb", scale),
+                                      c("zb", np.zeros(np.shape(scale), np.int32))], {"axis": 0})
+    y, = b.node("Conv", [dx, dw, db], {"pads": [1, 1, 1, 1], "group": group}, name="conv")
+    q, = b.node("QuantizeLinear", [y, c("sy", np.float32(0.3)), c("zy", np.int8(0))], name="q")
+    b.output(q)
+    return b.build()
+
+
+@pytest.mark.parametrize("w_scale", [None, RNG.uniform(0.005, 0.02, 16).astype(np.float32)])
+def test_qdq_conv_becomes_qlinear_conv_within_a_step(w_scale: np.ndarray | None) -> None:
+    graph = _qdq_conv(w_scale=w_scale)
+    new = md.optimize(graph, level="moderate")
+    assert [n.op for n in new.nodes] == ["QLinearConv"] and len(new.nodes[0].inputs) == 9
+    x = RNG.integers(-128, 128, (2, 8, 10, 10)).astype(np.int8)
+    got = md.compile(new, target="reference").run({"x": x})
+    want = md.compile(graph, target="reference").run({"x": x})
+    for name in want:
+        diff = np.abs(got[name].astype(int) - want[name].astype(int))
+        assert diff.max() <= 1 and diff.mean() < 0.01
+
+
+@pytest.mark.parametrize("case,reason", [({"group": 2}, "grouped"), ({"bias_scale": 0.1}, "the bias is not int32")])
+def test_a_conv_that_is_not_a_quantized_conv_stays_with_the_reason(case: dict, reason: str) -> None:
+    log = DecisionLog()
+    new = md.optimize(_qdq_conv(**case), level="moderate", log=log)
+    assert "QLinearConv" not in [n.op for n in new.nodes]
+    refused = [line for line in log.lines() if line.startswith("refused recognize_qlinear_conv")]
+    assert refused and reason in refused[0], log.lines()
