@@ -357,8 +357,8 @@ def _qpack(module: ir.Module) -> None:
     load32 = _intrinsic(module, "llvm.masked.load.v32i8.p0", ir.FunctionType(v32b, [PTR, I32, bit32, v32b]))
     store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
-    iota16 = ir.Constant(ir.VectorType(I64, 16), list(range(16)))
-    iota32 = ir.Constant(ir.VectorType(I64, 32), list(range(32)))
+    iota16 = ir.Constant(ir.VectorType(I32, 16), list(range(16)))
+    iota32 = ir.Constant(ir.VectorType(I32, 32), list(range(32)))
     even = ir.Constant(bit32, [i % 2 == 0 for i in range(32)])
     vector_strides = b.or_(b.icmp_signed("==", sw, I64(1)), b.icmp_signed("==", sw, I64(2)))
 
@@ -389,51 +389,76 @@ def _qpack(module: ir.Module) -> None:
             dst = b.gep(base, [b.mul(b.mul(oy, ow), I64(4))], source_etype=I8)
 
             def vectors() -> None:
-                def block(k: ir.Value) -> None:
-                    ox0 = b.mul(k, I64(16))
-                    left = b.sub(ow, ox0)
-                    pixels = b.icmp_signed("<", iota16, _splat(b, left, 16))
-                    got = []
-                    for inside, src, off_x, t_fill in rows:
-                        start = b.add(b.mul(ox0, sw), off_x)
-                        raw = b.xor(t_fill, mask)  # (flipped with the rest below: the fill as it is)
-                        passthru16 = _splat(b, raw, 16)
-                        at = b.gep(src, [start], source_etype=I8)
-
-                        def lanes(iota: ir.Value, n: int, start: ir.Value = start, inside: ir.Value = inside
-                                  ) -> ir.Value:
-                            ix = b.add(iota, _splat(b, start, n))
-                            ok = b.and_(b.icmp_signed(">=", ix, _splat(b, I64(0), n)),
-                                        b.icmp_signed("<", ix, _splat(b, d["w"], n)))
-                            return b.and_(ok, _splat(b, inside, n))
-
-                        one = b.icmp_signed("==", sw, I64(1))
-                        with b.if_else(one) as (unit, two):
-                            with unit:
-                                m16 = b.and_(lanes(iota16, 16), pixels)
-                                v1 = b.call(load16, [at, I32(1), m16, passthru16])
-                                blk1 = b.block
-                            with two:
-                                wide = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 32),
-                                                                                   [i // 2 for i in range(32)]))
-                                m32 = b.and_(b.and_(lanes(iota32, 32), wide), even)
-                                v32 = b.call(load32, [at, I32(1), m32, _splat(b, raw, 32)])
-                                v2 = b.shuffle_vector(v32, v32, ir.Constant(ir.VectorType(I32, 16),
-                                                                            [2 * i for i in range(16)]))
-                                blk2 = b.block
-                        v = b.phi(v16b)
-                        v.add_incoming(v1, blk1)
-                        v.add_incoming(v2, blk2)
-                        got.append(b.xor(v, _splat(b, mask, 16)))
+                def interleaved(got: list[ir.Value]) -> ir.Value:
                     pair = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(ir.VectorType(I32, 32),
                                                                                      list(range(32))))
                             for i in range(2)]
                     allv = b.shuffle_vector(pair[0], pair[1], ir.Constant(ir.VectorType(I32, 64), list(range(64))))
-                    inter = b.shuffle_vector(allv, allv, ir.Constant(ir.VectorType(I32, 64),
-                                                                     [16 * (i % 4) + i // 4 for i in range(64)]))
-                    keep = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 64),
-                                                                        [i // 4 for i in range(64)]))
-                    b.call(store64, [inter, b.gep(dst, [b.mul(ox0, I64(4))], source_etype=I8), I32(1), keep])
+                    return b.shuffle_vector(allv, allv, ir.Constant(ir.VectorType(I32, 64),
+                                                                    [16 * (i % 4) + i // 4 for i in range(64)]))
+
+                def plain_block(starts: list[ir.Value], out_at: ir.Value, flips: ir.Value) -> None:
+                    with b.if_else(b.icmp_signed("==", sw, I64(1))) as (unit, two):
+                        with unit:
+                            got = [b.xor(b.load(b.gep(src, [start], source_etype=I8), typ=v16b, align=1), flips)
+                                   for (_, src, _, _), start in zip(rows, starts)]
+                            b.store(interleaved(got), out_at, align=1)
+                        with two:
+                            evens = ir.Constant(ir.VectorType(I32, 16), [2 * i for i in range(16)])
+                            wide = [b.load(b.gep(src, [start], source_etype=I8), typ=v32b, align=1)
+                                    for (_, src, _, _), start in zip(rows, starts)]
+                            got = [b.xor(b.shuffle_vector(v, v, evens), flips) for v in wide]
+                            b.store(interleaved(got), out_at, align=1)
+
+                def block(k: ir.Value) -> None:
+                    ox0 = b.mul(k, I64(16))
+                    left = b.sub(ow, ox0)
+                    flips = _splat(b, mask, 16)
+                    starts = [b.add(b.mul(ox0, sw), off_x) for _, _, off_x, _ in rows]
+                    interior = b.icmp_signed(">=", left, I64(16))
+                    for (inside, _, _, _), start in zip(rows, starts):
+                        fits = b.and_(b.icmp_signed(">=", start, I64(0)),
+                                      b.icmp_signed("<=", b.add(start, b.mul(sw, I64(16))), d["w"]))
+                        interior = b.and_(interior, b.and_(inside, fits))
+                    out_at = b.gep(dst, [b.mul(ox0, I64(4))], source_etype=I8)
+                    with b.if_else(interior) as (plain, edge):
+                        with plain:  # (the common case: 16 pixels inside the image for all four taps)
+                            plain_block(starts, out_at, flips)
+                        with edge:
+                            pixels = b.icmp_signed("<", iota16, _splat(b, b.trunc(left, I32), 16))
+                            got = []
+                            for (inside, src, _, t_fill), start in zip(rows, starts):
+                                raw = b.xor(t_fill, mask)  # (flipped with the rest below: the fill as it is)
+                                at = b.gep(src, [start], source_etype=I8)
+
+                                def lanes(iota: ir.Value, n: int, start: ir.Value = start, inside: ir.Value = inside
+                                          ) -> ir.Value:
+                                    ix = b.add(iota, _splat(b, b.trunc(start, I32), n))
+                                    ok = b.and_(b.icmp_signed(">=", ix, _splat(b, I32(0), n)),
+                                                b.icmp_signed("<", ix, _splat(b, b.trunc(d["w"], I32), n)))
+                                    return b.and_(ok, _splat(b, inside, n))
+
+                                one = b.icmp_signed("==", sw, I64(1))
+                                with b.if_else(one) as (unit, two):
+                                    with unit:
+                                        m16 = b.and_(lanes(iota16, 16), pixels)
+                                        v1 = b.call(load16, [at, I32(1), m16, _splat(b, raw, 16)])
+                                        blk1 = b.block
+                                    with two:
+                                        wide = b.shuffle_vector(pixels, pixels, ir.Constant(
+                                            ir.VectorType(I32, 32), [i // 2 for i in range(32)]))
+                                        m32 = b.and_(b.and_(lanes(iota32, 32), wide), even)
+                                        v32 = b.call(load32, [at, I32(1), m32, _splat(b, raw, 32)])
+                                        v2 = b.shuffle_vector(v32, v32, ir.Constant(ir.VectorType(I32, 16),
+                                                                                    [2 * i for i in range(16)]))
+                                        blk2 = b.block
+                                v = b.phi(v16b)
+                                v.add_incoming(v1, blk1)
+                                v.add_incoming(v2, blk2)
+                                got.append(b.xor(v, flips))
+                            keep = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 64),
+                                                                                [i // 4 for i in range(64)]))
+                            b.call(store64, [interleaved(got), out_at, I32(1), keep])
 
                 _loop(b, I64(0), b.sdiv(b.add(ow, I64(15)), I64(16)), block)
 

@@ -229,6 +229,8 @@ class QConvPlan:
         begin = tuple(int(v) for v in win.begin)
         if min(begin) < 0 or min(int(v) for v in win.end) < 0:
             return "negative padding"
+        if self.kernel == (1, 1) and tuple(win.strides) == (1, 1) and not any(begin) and out_hw == (h, w):
+            h, w, out_hw = 1, h * w, (1, h * w)  # (a pointwise conv packs its planes as one row each)
         pack = qpack_dims(c, h, w, self.kernel, tuple(win.strides), tuple(win.dilations), begin, out_hw,  # type: ignore[arg-type]
                           fill=self.fill, flip=self.flip)
         conv = qconv_dims(self.channels, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi, zy=self.zy)
