@@ -99,7 +99,9 @@ def pack_qgemm_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raw = np.empty(panels * depth * QGEMM_PANEL * 4 + 64, np.uint8)  # (64-byte aligned: a depth
     start = -raw.ctypes.data % 64  # step's two loads are aligned)
     out = raw[start:start + panels * depth * QGEMM_PANEL * 4].view(np.int8).reshape(panels, depth, QGEMM_PANEL, 4)
-    out[...] = padded.reshape(depth, 4, panels, QGEMM_PANEL).transpose(2, 0, 3, 1)
+    # each column's 4 consecutive depths as one int32, so that the transpose moves 4-byte items
+    columns = np.ascontiguousarray(padded.T).view(np.int32).reshape(panels, QGEMM_PANEL, depth)
+    out.view(np.int32).reshape(panels, depth, QGEMM_PANEL)[...] = columns.transpose(0, 2, 1)
     return out, np.asarray(w, np.int64).sum(axis=0)
 
 
