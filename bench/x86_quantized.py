@@ -80,14 +80,14 @@ def main() -> None:
             graph = md.optimize(md.import_onnx(onnx.load_from_string(data)), level=args.level)
             sess = md.compile(graph, target="x86", threads=args.threads)
             compiled = time.perf_counter() - t0
-            ours, theirs = list(sess.run(feeds).values())[0], ort.run(None, feeds)[0]
+            ours, theirs = next(iter(sess.run(feeds).values())), ort.run(None, feeds)[0]
             diff = float(np.max(np.abs(ours - theirs)) / (np.max(np.abs(theirs)) + 1e-30))
             sample = time_interleaved({"metadef": functools.partial(sess.run, feeds),
                                        "ort": functools.partial(ort.run, None, feeds)}, warmup=2,
                                       iterations=args.runs)
             a, b = (statistics.median(sample.times[k]) * 1e3 for k in ("metadef", "ort"))
             integer = sum("md_qgemm" in e.reason or "md_qconv" in e.reason for e in sess.executable.plan)
-            products = sum(n.op in ("MatMul", "Gemm", "Conv") for n in onnx.load_from_string(data).graph.node)
+            products = sum(n.op_type in ("MatMul", "Gemm", "Conv") for n in onnx.load_from_string(data).graph.node)
             print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} | {diff:.0e} | {compiled:.2f} | "
                   f"{integer} of {products} |", flush=True)
 
