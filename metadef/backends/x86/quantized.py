@@ -55,7 +55,7 @@ from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
 from metadef.ops import infer_types
 from metadef.ops.defs.nn_pool import window
-from metadef.ops.defs.quantized import qlinear_matmul_reference, saturation
+from metadef.ops.defs.quantized import saturation
 from metadef.ops.numpy_eval import run_node
 from metadef.shape import TensorType
 
@@ -98,14 +98,28 @@ def constants(node: Node) -> list[np.ndarray | None]:
 
 
 def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | str:
-    """The :class:`QGemmPlan` of a ``QLinearMatMul`` node whose inputs have ``values`` (None:
-    not a constant), or why it cannot run as ``md_qgemm``."""
+    """The :class:`QGemmPlan` of a ``QLinearMatMul`` or ``com.microsoft::QGemm`` node whose
+    inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``."""
     if not has_vnni():
         return "this CPU has no AVX512-VNNI (md_qgemm's int8 dot products)"
     a = node.inputs[0].type if node.inputs[0] is not None else None
     if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
         return "the activations' type or rank is unknown"
-    sa, za, w, sw, zw, sy, zy = (values[i] if i < len(values) else None for i in range(1, 8))
+    get = list(values) + [None] * (9 - len(values))
+    bias, alpha = None, 1.0
+    if node.op == "QGemm":
+        attrs = attrs_of(node)
+        if attrs["transA"]:
+            return "a QGemm of A transposed runs its reference kernel"
+        if len(node.inputs) < 8 or node.inputs[7] is None:
+            return "a QGemm with a float output runs its reference kernel"
+        if len(node.inputs) > 6 and node.inputs[6] is not None and get[6] is None:
+            return "the bias C is not a constant"
+        sa, za, w, sw, zw, bias, sy, zy = get[1:9]
+        w = None if w is None else (np.asarray(w).T if attrs["transB"] else np.asarray(w))
+        alpha = float(attrs["alpha"])
+    else:
+        sa, za, w, sw, zw, sy, zy = get[1:8]
     if w is None or np.ndim(w) != 2:
         return "the weights are not a constant 2-D tensor"
     if not all(_per_tensor(v) for v in (sa, za, sy, zy)):
@@ -113,6 +127,8 @@ def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | s
     k, n = w.shape
     if sw is None or zw is None or np.size(sw) not in (1, n) or np.size(zw) not in (1, n) or np.ndim(sw) > 1:
         return "the weights' scale or zero point is not one constant or one a column"
+    if bias is not None and np.size(bias) not in (1, n):
+        return "the bias C is not one value or one a column"
     if not 4 <= k <= MAX_DEPTH:
         return f"depth {k} is outside md_qgemm's [4, {MAX_DEPTH}]"
     shifted = np.asarray(w, np.int32) - np.asarray(zw, np.int32).reshape(-1)
@@ -121,17 +137,24 @@ def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | s
     flip = a.dtype.numpy == np.int8
     packed, colsum = pack_qgemm_weights(shifted.astype(np.int8))
     width = packed.shape[0] * QGEMM_PANEL
-    corr = np.zeros(width, np.int32)
+    corr = np.zeros(width, np.int64)
     corr[:n] = -(int(np.asarray(za).reshape(())) + (128 if flip else 0)) * colsum
+    if bias is not None:
+        corr[:n] += np.asarray(bias, np.int64).reshape(-1)
+    if np.abs(corr).max(initial=0) >= 2**31:
+        return "the bias and the zero point's correction do not fit in int32"
     mult = np.zeros(width, np.float32)
-    # the reference's multiplier exactly: (a_scale * b_scale) / y_scale in float32
-    mult[:n] = np.asarray(sa, np.float32).reshape(()) * np.asarray(sw, np.float32).reshape(-1) \
-        / np.asarray(sy, np.float32).reshape(())
+    # the reference's multiplier exactly: (a_scale * b_scale) / y_scale in float32 (alpha first for QGemm)
+    scale = np.asarray(sa, np.float32).reshape(()) * np.asarray(sw, np.float32).reshape(-1)
+    if node.op == "QGemm":
+        scale = np.float32(alpha) * np.asarray(sa, np.float32).reshape(()) * np.asarray(sw, np.float32).reshape(-1)
+    mult[:n] = scale / np.asarray(sy, np.float32).reshape(())
     out = np.asarray(zy).dtype
     bounds = saturation(out)
     if bounds is None or out not in (np.uint8, np.int8):
         return f"the output is {out}, not uint8 or int8"
-    return QGemmPlan(k, n, packed, corr, mult, float(np.asarray(zy).reshape(())), *bounds, flip, out)
+    return QGemmPlan(k, n, packed, corr.astype(np.int32), mult, float(np.asarray(zy).reshape(())), *bounds, flip,
+                     out)
 
 
 def qgemm_function(node: Node) -> Any:
@@ -146,7 +169,7 @@ def qgemm_function(node: Node) -> Any:
             plans[:] = [(list(args[1:]), qgemm_plan(node, [None, *args[1:]]))]
         plan = plans[0][1]
         if isinstance(plan, str):
-            return qlinear_matmul_reference(list(args), {})
+            return _reference(node, args)
         a = np.ascontiguousarray(args[0])
         m = a.size // plan.k
         y = np.empty((*a.shape[:-1], plan.n), plan.out_dtype)

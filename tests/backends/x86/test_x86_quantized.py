@@ -271,3 +271,70 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
         step = float(np.abs(np.diff(np.unique(want))).min())
         assert np.abs(got - want).max() <= 3 * step + 1e-6
         assert np.mean(got != want) < 0.05
+
+
+def _qgemm_model(trans_b: int, alpha: float, float_output: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    a = _ints(np.uint8, (5, 40))
+    b = _ints(np.int8, (30, 40) if trans_b else (40, 30))
+    consts = {"sa": np.float32(0.02), "za": np.uint8(9), "B": b, "sb": RNG.uniform(0.001, 0.01, 30).astype(np.float32),
+              "zb": np.zeros(30, np.int8), "C": RNG.integers(-3000, 3000, 30).astype(np.int32)}
+    if not float_output:
+        consts.update(sy=np.float32(0.9), zy=np.uint8(3))
+    node = helper.make_node("QGemm", ["A", *consts], ["Y"], domain="com.microsoft", alpha=alpha, transB=trans_b)
+    out = TensorProto.FLOAT if float_output else TensorProto.UINT8
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.UINT8, ["m", 40])],
+                              [helper.make_tensor_value_info("Y", out, ["m", 30])],
+                              [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    return model, {"A": a}
+
+
+@pytest.mark.parametrize("trans_b,alpha,float_output", [(1, 1.0, False), (0, 0.5, False), (1, 1.0, True)])
+def test_qgemm_is_onnxruntimes_and_runs_as_md_qgemm(trans_b: int, alpha: float, float_output: bool) -> None:
+    model, feeds = _qgemm_model(trans_b, alpha, float_output)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    graph = md.import_onnx(model)
+    np.testing.assert_array_equal(md.compile(graph, target="reference").run(feeds)["Y"], want)
+    sess = md.compile(graph, target="x86", cache=False)
+    np.testing.assert_array_equal(sess.run(feeds)["Y"], want)
+    native = sess.executable.plan[0].reason.startswith("md_qgemm")
+    assert native == (has_vnni() and not float_output), sess.executable.plan[0].reason
+
+
+@needs_vnni
+def test_an_onnxruntime_qdq_linear_stack_runs_as_qgemm(tmp_path: pytest.TempPathFactory) -> None:
+    """Linear layers on 2-D inputs (Gemm, transB=1, as PyTorch exports them) quantized by ORT."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    path = str(tmp_path / "q.onnx")  # type: ignore[operator]
+    w1, w2 = (RNG.standard_normal(s).astype(np.float32) * 0.2 for s in ((96, 64), (32, 96)))
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+                              [onnx.numpy_helper.from_array(v, k) for k, v in
+                               (("w1", w1), ("w2", w2), ("b1", RNG.standard_normal(96).astype(np.float32)),
+                                ("b2", RNG.standard_normal(32).astype(np.float32)))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path + ".f.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{"x": RNG.standard_normal((8, 64)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    quantize_static(path + ".f.onnx", path, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    graph = md.optimize(md.import_onnx(onnx.load(path)), level="aggressive")
+    sess = md.compile(graph, target="x86", cache=False)
+    assert sum("md_qgemm" in e.reason for e in sess.executable.plan) == 2, [e.reason for e in sess.executable.plan]
+    ort_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = md.compile(graph, target="reference")
+    for n in (1, 7):
+        x = RNG.standard_normal((n, 64)).astype(np.float32)
+        got = sess.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, ref.run({"x": x})["y"])
+        want = ort_sess.run(None, {"x": x})[0]
+        step = float(np.abs(np.diff(np.unique(want))).min())
+        assert np.abs(got - want).max() <= 2 * step + 1e-6
