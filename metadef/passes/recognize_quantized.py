@@ -16,6 +16,9 @@ weights into float32 ones.
   (, DequantizeLinear(B))))`` with constant 8-bit weights (scale per tensor or per output
   channel), an ungrouped Conv, and a bias of int32 at scale ``x_scale * w_scale`` (ONNX
   Runtime's) -> ``QLinearConv``. Grouped and depthwise convs keep the float form.
+- ``recognize_qgemm``: the same around ``Gemm`` (``transA`` 0, ``beta`` 1, its bias int32 at
+  ``a_scale * w_scale``) -> ONNX Runtime's ``com.microsoft::QGemm`` (PyTorch exports a Linear
+  layer on 2-D inputs as Gemm).
 
 Numerics: the product is exact in int32 and requantized with ``a_scale * w_scale / y_scale``
 in float32, as ONNX Runtime does; the float form rounds its sum along the way. Where the two
@@ -100,13 +103,55 @@ def _qlinear_conv(m: Match, ed: GraphEditor) -> Built:
         return Refusal("the output is not 8-bit")
     inputs = [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")]
     if m.has("b"):
-        b, sb, zb = (np.asarray(m.value(n).const) for n in ("b", "sb", "zb"))
-        want = np.asarray(m.value("sa").const, np.float32).reshape(()) * sw.astype(np.float32).reshape(-1)
-        if b.dtype != np.int32 or b.shape != (k,) or np.any(zb != 0) \
-                or not np.allclose(np.broadcast_to(sb.reshape(-1), (k,)), want, rtol=1e-6, atol=0):
-            return Refusal("the bias is not int32 at the scale x_scale * w_scale with zero point 0")
+        refusal = _bias(m, k)
+        if refusal is not None:
+            return refusal
         inputs.append(m.value("b"))
     return emit(m, ed, "QLinearConv", inputs, dict(conv.attrs))
+
+
+def _bias(m: Match, k: int) -> Refusal | None:
+    """Refuse unless the bound bias ``b`` is int32 ``[k]`` at scale ``a_scale * w_scale``, zero point 0."""
+    b, sb, zb = (np.asarray(m.value(n).const) for n in ("b", "sb", "zb"))
+    want = np.asarray(m.value("sa").const, np.float32).reshape(()) \
+        * np.asarray(m.value("sw").const, np.float32).reshape(-1)
+    if b.dtype != np.int32 or b.shape != (k,) or np.any(zb != 0) \
+            or not np.allclose(np.broadcast_to(sb.reshape(-1), (k,)), want, rtol=1e-6, atol=0):
+        return Refusal("the bias is not int32 at the scale x_scale * w_scale with zero point 0")
+    return None
+
+
+def _qgemm(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed, shared=("dq_a", "dq_w", "dq_b"))
+    if refusal is not None:
+        return refusal
+    gemm = m.node("gemm")
+    trans_b = int(gemm.attrs.get("transB", 0) or 0)
+    if int(gemm.attrs.get("transA", 0) or 0):
+        return Refusal("a Gemm of A transposed keeps its float form")
+    w, sw, zw = (np.asarray(m.value(n).const) for n in ("w", "sw", "zw"))
+    if w.ndim != 2 or w.dtype not in (np.int8, np.uint8):
+        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not 2-D 8-bit")
+    n = w.shape[0 if trans_b else 1]
+    if sw.size not in (1, n) or zw.size != sw.size or \
+            (sw.size > 1 and int(m.node("dq_w").attrs.get("axis", 1)) != (0 if trans_b else 1)):
+        return Refusal("the weights' scale and zero point are not one value or one an output column")
+    a = m.value("a").type
+    if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
+        return Refusal("the activations are not 8-bit")
+    if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
+        return Refusal("the output is not 8-bit")
+    bias = None
+    if m.has("b"):
+        if float(gemm.attrs.get("beta", 1.0)) != 1.0:
+            return Refusal("beta is not 1")
+        refusal = _bias(m, n)
+        if refusal is not None:
+            return refusal
+        bias = m.value("b")
+    inputs = [m.value(x) for x in ("a", "sa", "za", "w", "sw", "zw")] + [bias, m.value("sy"), m.value("zy")]
+    attrs = {"alpha": float(gemm.attrs.get("alpha", 1.0)), "transA": 0, "transB": trans_b}
+    return emit(m, ed, "QGemm", inputs, attrs, domain="com.microsoft")
 
 
 _DQ_A = op("DequantizeLinear", var("a"), const("sa", where=_one), const("za", where=_one), name="dq_a",
@@ -127,6 +172,9 @@ quantized_rules = [
          op("QuantizeLinear", op("MatMul", _DQ_A, _DQ_W, name="matmul"), const("sy", where=_one),
             const("zy", where=_one), name="quantize", attrs={"block_size": 0, "precision": 0}),
          _qlinear_matmul, doc="QuantizeLinear(MatMul(DequantizeLinear(a), DequantizeLinear(W))) -> QLinearMatMul"),
+    *(Rule("recognize_qgemm", _quantized(op("Gemm", *operands, name="gemm")), _qgemm,
+           doc="QuantizeLinear(Gemm(DequantizeLinear(a), DequantizeLinear(W), DequantizeLinear(B))) -> QGemm")
+      for operands in ((_DQ_A, _DQ_CW, _DQ_B), (_DQ_A, _DQ_CW))),
     *(Rule("recognize_qlinear_conv", _quantized(op("Conv", *operands, name="conv")), _qlinear_conv,
            doc="QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(W), DequantizeLinear(B))) -> QLinearConv")
       for operands in ((_DQ_A, _DQ_CW, _DQ_B), (_DQ_A, _DQ_CW))),

@@ -118,3 +118,32 @@ def test_a_conv_that_is_not_a_quantized_conv_stays_with_the_reason(case: dict, r
     assert "QLinearConv" not in [n.op for n in new.nodes]
     refused = [line for line in log.lines() if line.startswith("refused recognize_qlinear_conv")]
     assert refused and reason in refused[0], log.lines()
+
+
+def test_qdq_gemm_becomes_qgemm_and_a_transposed_a_stays() -> None:
+    def graph(trans_a: int) -> Graph:
+        b = GraphBuilder("g")
+        c = b.const
+        x = b.input("x", parse_type("u8[16,n]" if trans_a else "u8[n,16]"))
+        sx, sw = np.float32(0.05), np.float32(0.01)
+        dx, = b.node("DequantizeLinear", [x, c("sx", sx), c("zx", np.uint8(3))])
+        dw, = b.node("DequantizeLinear", [c("w", RNG.integers(-128, 128, (8, 16)).astype(np.int8)), c("sw", sw),
+                                          c("zw", np.int8(0))])
+        db, = b.node("DequantizeLinear", [c("b", RNG.integers(-99, 99, 8).astype(np.int32)), c("sb", sx * sw),
+                                          c("zb", np.int32(0))])
+        y, = b.node("Gemm", [dx, dw, db], {"transB": 1, "transA": trans_a}, name="gemm")
+        q, = b.node("QuantizeLinear", [y, c("sy", np.float32(0.2)), c("zy", np.uint8(128))], name="q")
+        b.output(q)
+        return b.build()
+
+    plain = graph(0)
+    new = md.optimize(plain, level="moderate")
+    assert [n.qualop for n in new.nodes] == ["com.microsoft::QGemm"]
+    x = RNG.integers(0, 256, (5, 16)).astype(np.uint8)
+    got, want = (md.compile(g, target="reference").run({"x": x}) for g in (new, plain))
+    for name in want:
+        assert np.abs(got[name].astype(int) - want[name].astype(int)).max() <= 1
+    log = DecisionLog()
+    kept = md.optimize(graph(1), level="moderate", log=log)
+    assert "QGemm" not in [n.op for n in kept.nodes]
+    assert any("A transposed" in line for line in log.lines())
