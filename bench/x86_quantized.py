@@ -17,6 +17,7 @@ its largest value), metadef's compile time, and how many products ran as integer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -50,8 +51,9 @@ def quantized(name: str, activations: str, folder: str) -> bytes:
             return next(self.feeds, None)
 
     kind = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
-    quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=kind,
-                    weight_type=QuantType.QInt8)
+    with contextlib.chdir(folder):  # (the calibrator leaves a large model's weights in the working folder)
+        quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=kind,
+                        weight_type=QuantType.QInt8)
     with open(out, "rb") as f:
         return f.read()
 
