@@ -68,7 +68,7 @@ class QGemmPlan:
 
     k: int
     n: int
-    packed: np.ndarray
+    packed: np.ndarray | None
     corr: np.ndarray
     mult: np.ndarray
     zy: float
@@ -76,6 +76,8 @@ class QGemmPlan:
     hi: float
     flip: bool
     out_dtype: np.dtype
+    weights: np.ndarray | None = None
+    """Without AVX512-VNNI (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
 
     def dims(self, m: int, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
         return qgemm_dims(m, self.n, self.k, lo=self.lo, hi=self.hi, zy=self.zy, flip=self.flip, task=task,
@@ -88,6 +90,34 @@ class QGemmPlan:
         return [self.dims(m, t, count) for t in range(count)]
 
 
+NO_VNNI = "this CPU has no AVX512-VNNI (md_qgemm's and md_qconv's int8 dot products)"
+
+EXACT_DEPTH = 512
+"""Depths over which float32 sums products of 8-bit values exactly (255 * 128 * 512 < 2**24)."""
+
+
+def exact_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``a @ w`` for float32 matrices of 8-bit integer values (``a`` 0..255 or -128..127, ``w``
+    -128..127), exact, in int64: float32 products (BLAS) over chunks of :data:`EXACT_DEPTH`
+    depths, each sum exact, added as integers. The path of a host without AVX512-VNNI.
+
+    Example:
+        >>> a = np.full((1, 2000), 255, np.float32)
+        >>> int(exact_product(a, np.full((2000, 1), 127, np.float32))[0, 0]) == 255 * 127 * 2000
+        True
+    """
+    acc = np.zeros((a.shape[0], w.shape[1]), np.int64)
+    for k0 in range(0, a.shape[1], EXACT_DEPTH):
+        acc += (a[:, k0:k0 + EXACT_DEPTH] @ w[k0:k0 + EXACT_DEPTH]).astype(np.int64)
+    return acc
+
+
+def requantized(acc: np.ndarray, mult: np.ndarray, plan: Any) -> np.ndarray:
+    """The reference's requantization of int32 sums ``acc`` with ``mult`` (broadcast on the last axis)."""
+    scaled = np.rint(acc.astype(np.int32).astype(np.float32) * mult) + np.float32(plan.zy)
+    return np.clip(scaled, plan.lo, plan.hi).astype(plan.out_dtype)
+
+
 def _per_tensor(value: np.ndarray | None) -> bool:
     return value is not None and np.size(value) == 1 and np.ndim(value) <= 1
 
@@ -97,11 +127,12 @@ def constants(node: Node) -> list[np.ndarray | None]:
     return [None if v is None else v.const for v in node.inputs]
 
 
-def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | str:
+def qgemm_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmPlan | str:
     """The :class:`QGemmPlan` of a ``QLinearMatMul`` or ``com.microsoft::QGemm`` node whose
-    inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``."""
-    if not has_vnni():
-        return "this CPU has no AVX512-VNNI (md_qgemm's int8 dot products)"
+    inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``
+    (``native`` False: the plan of :func:`exact_product`'s path, which needs no VNNI)."""
+    if native and not has_vnni():
+        return NO_VNNI
     a = node.inputs[0].type if node.inputs[0] is not None else None
     if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
         return "the activations' type or rank is unknown"
@@ -134,9 +165,9 @@ def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | s
     shifted = np.asarray(w, np.int32) - np.asarray(zw, np.int32).reshape(-1)
     if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
         return "the weights less their zero point do not fit in int8"
-    flip = a.dtype.numpy == np.int8
-    packed, colsum = pack_qgemm_weights(shifted.astype(np.int8))
-    width = packed.shape[0] * QGEMM_PANEL
+    flip = a.dtype.numpy == np.int8 and native
+    packed, colsum = pack_qgemm_weights(shifted.astype(np.int8)) if native else (None, shifted.sum(axis=0))
+    width = -(-n // QGEMM_PANEL) * QGEMM_PANEL
     corr = np.zeros(width, np.int64)
     corr[:n] = -(int(np.asarray(za).reshape(())) + (128 if flip else 0)) * colsum
     if bias is not None:
@@ -154,22 +185,27 @@ def qgemm_plan(node: Node, values: Sequence[np.ndarray | None]) -> QGemmPlan | s
     if bounds is None or out not in (np.uint8, np.int8):
         return f"the output is {out}, not uint8 or int8"
     return QGemmPlan(k, n, packed, corr.astype(np.int32), mult, float(np.asarray(zy).reshape(())), *bounds, flip,
-                     out)
+                     out, None if native else shifted.astype(np.float32))
 
 
 def qgemm_function(node: Node) -> Any:
     """The node's product step by step (outside a native program): one ``md_qgemm`` call, its
     plan made from the first call's constants (a group's anchor sees them only then), or the
     reference where they do not fit."""
-    address = native_function("md_qgemm")
+    native = has_vnni()
+    address = native_function("md_qgemm") if native else 0
     plans: list[tuple[Sequence[Any], QGemmPlan | str]] = []
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
         if not plans or any(x is not y for x, y in zip(plans[0][0], args[1:])):
-            plans[:] = [(list(args[1:]), qgemm_plan(node, [None, *args[1:]]))]
+            plans[:] = [(list(args[1:]), qgemm_plan(node, [None, *args[1:]], native))]
         plan = plans[0][1]
         if isinstance(plan, str):
             return _reference(node, args)
+        if plan.weights is not None:
+            a = np.asarray(args[0])
+            acc = exact_product(a.reshape(-1, plan.k).astype(np.float32), plan.weights) + plan.corr[:plan.n]
+            return requantized(acc, plan.mult[:plan.n], plan).reshape(*a.shape[:-1], plan.n)
         a = np.ascontiguousarray(args[0])
         m = a.size // plan.k
         y = np.empty((*a.shape[:-1], plan.n), plan.out_dtype)
@@ -206,11 +242,12 @@ def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
 def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     """``contraction_kernels``' entry: the step-by-step function, or None and why not."""
     values = constants(node)
-    plan = qgemm_plan(node, values) if values[3] is not None else None  # (in a group: known at run time)
+    native = has_vnni()
+    plan = qgemm_plan(node, values, native) if values[3] is not None else None  # (in a group: known at run time)
     if isinstance(plan, str):
         return None, plan
-    if not has_vnni():
-        return None, "this CPU has no AVX512-VNNI (md_qgemm's int8 dot products)"
+    if not native:
+        return qgemm_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
     return qgemm_function(node), "md_qgemm (our int8 kernel, AVX512-VNNI)"
 
 
@@ -244,6 +281,8 @@ class QConvPlan:
     fill: int
     flip: bool
     out_dtype: np.dtype
+    portable: bool = False
+    """Without AVX512-VNNI: ``weights`` are float32 and :func:`exact_product` runs the product."""
 
     def steps(self, x: Sequence[int], out_hw: tuple[int, int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | str:
         """Per image: the dims of its ``md_qpack`` and ``md_qconv`` calls (or why not)."""
@@ -275,11 +314,12 @@ def _aligned_rows(w: np.ndarray) -> np.ndarray:
     return out
 
 
-def qconv_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvPlan | str:
+def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QConvPlan | str:
     """The :class:`QConvPlan` of a ``QLinearConv`` node whose inputs have ``values`` (None: not
-    a constant), or why it cannot run as ``md_qpack`` + ``md_qconv``."""
-    if not has_vnni():
-        return "this CPU has no AVX512-VNNI (md_qconv's int8 dot products)"
+    a constant), or why it cannot run as ``md_qpack`` + ``md_qconv`` (``native`` False: the
+    plan of :func:`exact_product`'s path, which needs no VNNI)."""
+    if native and not has_vnni():
+        return NO_VNNI
     x = node.inputs[0].type if node.inputs[0] is not None else None
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
         return "only 2-D convolutions of 8-bit activations run as md_qconv"
@@ -307,7 +347,7 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvPlan | s
     bounds = saturation(out)
     if bounds is None or out not in (np.uint8, np.int8):
         return f"the output is {out}, not uint8 or int8"
-    flip = x.dtype.numpy == np.int8
+    flip = x.dtype.numpy == np.int8 and native
     fill = int(np.asarray(zx).reshape(()))
     corr = (np.zeros(k, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)) \
         - (fill + 128 * flip) * shifted.sum(axis=1)
@@ -317,9 +357,10 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvPlan | s
     mult = np.asarray(sx, np.float32).reshape(()) * np.broadcast_to(np.asarray(sw, np.float32).reshape(-1), (k,)) \
         / np.asarray(sy, np.float32).reshape(())
     kernel = tuple(int(v) for v in (attrs.get("kernel_shape") or w.shape[2:]))
-    return QConvPlan(attrs, kernel, k, depth, _aligned_rows(shifted.astype(np.int8)),  # type: ignore[arg-type]
-                     corr.astype(np.int32), np.ascontiguousarray(mult, np.float32), float(np.asarray(zy).reshape(())),
-                     *bounds, fill, flip, out)
+    weights = _aligned_rows(shifted.astype(np.int8)) if native else shifted.T.astype(np.float32)
+    return QConvPlan(attrs, kernel, k, depth, weights, corr.astype(np.int32),  # type: ignore[arg-type]
+                     np.ascontiguousarray(mult, np.float32), float(np.asarray(zy).reshape(())), *bounds, fill, flip,
+                     out, not native)
 
 
 def _pack_tasks(dims: tuple[int, ...], groups: int, count: int) -> list[tuple[int, ...]] | None:
@@ -367,11 +408,12 @@ def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg) -> Any:
 def qconv_function(node: Node) -> Any:
     """The node step by step: ``md_qpack`` and ``md_qconv`` per image, the plan made from the
     first call's constants, or the reference where they do not fit."""
+    native = has_vnni()
     plans: list[tuple[Sequence[Any], QConvPlan | str]] = []
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
         if not plans or any(x is not y for x, y in zip(plans[0][0], args[1:])):
-            plans[:] = [(list(args[1:]), qconv_plan(node, [None, *args[1:]]))]
+            plans[:] = [(list(args[1:]), qconv_plan(node, [None, *args[1:]], native))]
         plan = plans[0][1]
         t = node.outputs[0].type
         if isinstance(plan, str) or t is None or t.shape is None:
@@ -380,6 +422,8 @@ def qconv_function(node: Node) -> Any:
         win = window(plan.attrs, x.shape[2:], plan.kernel)
         out_hw = tuple(int((size + int(b0) + int(e0) - d * (kk - 1) - 1) // s + 1) for size, b0, e0, d, kk, s in
                        zip(x.shape[2:], win.begin, win.end, win.dilations, plan.kernel, win.strides))
+        if plan.portable:
+            return _portable_conv(plan, x, win, out_hw)  # type: ignore[arg-type]
         y = np.empty((x.shape[0], plan.channels, *out_hw), plan.out_dtype)
         steps = plan.steps(x.shape, out_hw)  # type: ignore[arg-type]
         if isinstance(steps, str):
@@ -398,6 +442,22 @@ def qconv_function(node: Node) -> Any:
     return run
 
 
+def _portable_conv(plan: QConvPlan, x: np.ndarray, win: Any, out_hw: tuple[int, int]) -> np.ndarray:
+    """The conv without VNNI: each output pixel's taps (the padding the zero point) as a row,
+    times the weights by :func:`exact_product`, requantized per channel."""
+    n, c = x.shape[:2]
+    (kh, kw), (sh, sw), (dh, dw) = plan.kernel, tuple(win.strides), tuple(win.dilations)
+    begin, end = [int(v) for v in win.begin], [int(v) for v in win.end]
+    padded = np.pad(x.astype(np.float32), [(0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1])],
+                    constant_values=plan.fill)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    taps = windows[:, :, :out_hw[0] * sh:sh, :out_hw[1] * sw:sw, ::dh, ::dw]  # [n, c, oh, ow, kh, kw]
+    rows = taps.transpose(0, 2, 3, 1, 4, 5).reshape(n * out_hw[0] * out_hw[1], c * kh * kw)
+    acc = exact_product(rows, plan.weights) + plan.corr
+    y = requantized(acc, plan.mult, plan).reshape(n, out_hw[0], out_hw[1], plan.channels)
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+
+
 def _reference(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
     """The node's reference kernel on these arguments (their types concrete)."""
     attrs = attrs_of(node)
@@ -409,11 +469,12 @@ def _reference(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
 def qlinear_conv_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     """``contraction_kernels``' entry for QLinearConv."""
     values = constants(node)
-    plan = qconv_plan(node, values) if values[3] is not None else None
+    native = has_vnni()
+    plan = qconv_plan(node, values, native) if values[3] is not None else None
     if isinstance(plan, str):
         return None, plan
-    if not has_vnni():
-        return None, "this CPU has no AVX512-VNNI (md_qconv's int8 dot products)"
+    if not native:
+        return qconv_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
     return qconv_function(node), "md_qconv (our int8 kernel, AVX512-VNNI), input packed by md_qpack"
 
 
@@ -423,6 +484,6 @@ def qlinear_conv_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Se
     return None if isinstance(plan, str) else qconv_lowering(plan, sources[0], out)
 
 
-__all__ = ["QConvPlan", "QGemmPlan", "constants", "qconv_lowering", "qconv_plan", "qlinear_conv_kernel",
-           "qlinear_conv_native", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_matmul_kernel",
-           "qlinear_matmul_native"]
+__all__ = ["EXACT_DEPTH", "NO_VNNI", "QConvPlan", "QGemmPlan", "constants", "exact_product", "qconv_lowering",
+           "qconv_plan", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_conv_kernel",
+           "qlinear_conv_native", "qlinear_matmul_kernel", "qlinear_matmul_native", "requantized"]

@@ -338,3 +338,22 @@ def test_an_onnxruntime_qdq_linear_stack_runs_as_qgemm(tmp_path: pytest.TempPath
         want = ort_sess.run(None, {"x": x})[0]
         step = float(np.abs(np.diff(np.unique(want))).min())
         assert np.abs(got - want).max() <= 2 * step + 1e-6
+
+
+def test_without_vnni_the_products_are_exact_through_sgemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host without AVX512-VNNI runs quantized products as float32 products over chunks of
+    512 depths (each sum exact): the reference's results bit for bit, at BLAS speed, not the
+    index expression's."""
+    import metadef.backends.x86.quantized as quantized
+    monkeypatch.setattr(quantized, "has_vnni", lambda: False)
+    conv, x = _qconv_graph((2, 64, 9, 9), np.int8, 24, (3, 3), {"pads": [1, 2, 1, 0], "strides": [2, 1]},
+                           per_channel=True, bias=True)
+    ops = _operands(4, 50, 1100, np.uint8, np.int8, per_column=True)  # (depth over 2 chunks)
+    matmul, a = _qlinear_graph("u8[b,1100]", ops), _ints(np.uint8, (6, 1100))
+    model, feeds = _qgemm_model(1, 1.0, False)
+    for graph, inputs in ((conv, {"x": x}), (matmul, {"a": a}), (md.import_onnx(model), feeds)):
+        sess = md.compile(graph, target="x86", cache=False)
+        assert sess.executable.plan[0].reason.startswith("exact integer products through float32 sgemm")
+        want = md.compile(graph, target="reference").run(inputs)
+        for name, got in sess.run(inputs).items():
+            np.testing.assert_array_equal(got, want[name])
