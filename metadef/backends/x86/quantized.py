@@ -462,7 +462,7 @@ def _reference(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
     """The node's reference kernel on these arguments (their types concrete)."""
     attrs = attrs_of(node)
     types = [None if a is None else TensorType(from_numpy(a.dtype), a.shape) for a in args]
-    outs = infer_types(node.metaop, node.name, types, attrs)
+    outs = infer_types(node.metaop, node.name, types, node.attrs)
     return run_node(node.metaop, attrs, list(args), outs, node.name)[0]
 
 

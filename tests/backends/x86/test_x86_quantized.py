@@ -357,3 +357,18 @@ def test_without_vnni_the_products_are_exact_through_sgemm(monkeypatch: pytest.M
         want = md.compile(graph, target="reference").run(inputs)
         for name, got in sess.run(inputs).items():
             np.testing.assert_array_equal(got, want[name])
+
+
+def test_the_onnx_node_tests_of_the_quantized_products_pass_on_x86() -> None:
+    """ONNX's own cases (weights fed as inputs, uint8 weights with a zero point, per-row
+    scales): whatever md_qgemm / md_qconv cannot take runs the reference, the expected
+    outputs exactly (test_qlinearconv once failed resolving its attributes twice)."""
+    from metadef.testing.conformance import all_cases
+    cases = [c for c in all_cases() if c.name.startswith(("test_qlinearconv", "test_qlinearmatmul"))]
+    assert len(cases) >= 5
+    for case in cases:
+        sess = md.compile(md.import_onnx(case.model), target="x86", cache=False)
+        for inputs, outputs in case.data_sets:
+            got = sess.run({v.name: a for v, a in zip(case.model.graph.input, inputs)})
+            for value, want in zip(case.model.graph.output, outputs):
+                np.testing.assert_array_equal(got[value.name], want, err_msg=case.name)
