@@ -372,3 +372,19 @@ def test_the_onnx_node_tests_of_the_quantized_products_pass_on_x86() -> None:
             got = sess.run({v.name: a for v, a in zip(case.model.graph.input, inputs)})
             for value, want in zip(case.model.graph.output, outputs):
                 np.testing.assert_array_equal(got[value.name], want, err_msg=case.name)
+
+
+def test_a_quantized_model_saved_to_mdef_keeps_int8_weights(tmp_path: pytest.TempPathFactory) -> None:
+    """The weights of recognized layers stay 8-bit in the file (folding DequantizeLinear made
+    them float32: ResNet-50 102 -> 26 MB), and the loaded model runs as the ONNX one does."""
+    path = str(tmp_path / "q.onnx")  # type: ignore[operator]
+    _qdq_cnn(path, "uint8")
+    graph = md.optimize(md.import_onnx(onnx.load(path)), level="moderate")
+    convs = [n for n in graph.nodes if n.op == "QLinearConv"]
+    assert len(convs) == 3 and all(n.inputs[3].const.dtype == np.int8 for n in convs)
+    saved = str(tmp_path / "q.mdef")  # type: ignore[operator]
+    md.save(graph, saved)
+    loaded = md.load(saved).compile(target="x86")
+    direct = md.compile(md.optimize(md.import_onnx(onnx.load(path)), level="aggressive"), target="x86", cache=False)
+    x = RNG.standard_normal((2, 3, 20, 20)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.run({"x": x})["y"], direct.run({"x": x})["y"])
