@@ -43,6 +43,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from llvmlite import ir
 
@@ -130,6 +132,67 @@ def _intrinsic(module: ir.Module, name: str, typ: ir.FunctionType) -> ir.Functio
     return found if found is not None else ir.Function(module, typ, name)
 
 
+def _depth_loop(b: ir.IRBuilder, steps: ir.Value, count: int,
+                step: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """``count`` int32 accumulators (16 lanes) from zero over depth steps ``[0, steps)``:
+    ``step(s, accs)`` gives their next values (zeros when there are no steps)."""
+    zero = ir.Constant(V16I, [0] * 16)
+    pre = b.block
+    head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
+    b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
+    b.position_at_end(head)
+    s = b.phi(I64)
+    s.add_incoming(I64(0), pre)
+    accs = [b.phi(V16I) for _ in range(count)]
+    for acc in accs:
+        acc.add_incoming(zero, pre)
+    new = step(s, list(accs))
+    nxt = b.add(s, I64(1))
+    s.add_incoming(nxt, b.block)
+    for acc, value in zip(accs, new):
+        acc.add_incoming(value, b.block)
+    latch = b.block
+    b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
+    b.position_at_end(after)
+    out = []
+    for value in new:
+        merged = b.phi(V16I)
+        merged.add_incoming(zero, pre)
+        merged.add_incoming(value, latch)
+        out.append(merged)
+    return out
+
+
+class _Requantizer:
+    """The stores of a tile: ``clip(rint(float32(acc + corr) * mult) + zy, lo, hi)`` as bytes,
+    16 lanes at a time, the last panel's or block's under a mask of its ``cols``."""
+
+    def __init__(self, module: ir.Module, b: ir.IRBuilder, zy: ir.Value, lo: ir.Value, hi: ir.Value,
+                 cols: ir.Value) -> None:
+        self.b = b
+        self.roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
+        self.masked = _intrinsic(module, "llvm.masked.store.v16i8.p0",
+                                 ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
+        self.zy, self.lo, self.hi = (_splat(b, v, 16) for v in (zy, lo, hi))
+        lanes = ir.Constant(V16I, list(range(16)))
+        self.whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+        self.masks = [b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
+                      for h in range(2)]
+
+    def store(self, acc: ir.Value, corr: ir.Value, mult: ir.Value, at: ir.Value, half: int) -> None:
+        b = self.b
+        v = b.fmul(b.sitofp(b.add(acc, corr), V16F), mult)
+        v = b.fadd(b.call(self.roundeven, [v]), self.zy)
+        v = b.select(b.fcmp_ordered("<", v, self.lo), self.lo, v)
+        v = b.select(b.fcmp_ordered(">", v, self.hi), self.hi, v)
+        q = b.trunc(b.fptosi(v, V16I), V16B)
+        with b.if_else(self.whole) as (full, part):
+            with full:
+                b.store(q, at, align=1)
+            with part:
+                b.call(self.masked, [q, at, I32(1), self.masks[half]])
+
+
 def _qtile(module: ir.Module, mr: int) -> ir.Function:
     """``tile(a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip)``: rows
     ``[0, mr)`` x the panel's 32 columns: ``steps`` full depth steps of 4, then (``tail`` > 0)
@@ -141,7 +204,6 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
     a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     dot = _dot(module)
-    zero = ir.Constant(V16I, [0] * 16)
     rows = [b.gep(a, [b.mul(I64(r), lda)], source_etype=I8) for r in range(mr)]
 
     def word_at(r: int, offset: ir.Value) -> ir.Value:
@@ -149,37 +211,19 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
         return b.load(at, typ=I32, align=1)
 
     def depth_loop(flipped: bool) -> list[ir.Value]:
-        pre = b.block
-        head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
-        b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
-        b.position_at_end(head)
-        s = b.phi(I64)
-        s.add_incoming(I64(0), pre)
-        accs = [b.phi(V16I) for _ in range(2 * mr)]
-        for acc in accs:
-            acc.add_incoming(zero, pre)
-        panel = b.gep(w, [b.mul(s, I64(4 * QGEMM_PANEL))], source_etype=I8)
-        halves = [b.load(b.gep(panel, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
-        new = []
-        for r in range(mr):
-            word = word_at(r, b.mul(s, I64(4)))
-            if flipped:
-                word = b.xor(word, I32(-0x7F7F7F80))  # 0x80808080
-            v = _splat(b, word, 16)
-            new += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
-        nxt = b.add(s, I64(1))
-        s.add_incoming(nxt, b.block)
-        for acc, value in zip(accs, new):
-            acc.add_incoming(value, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
-        b.position_at_end(after)
-        out = []
-        for value in new:
-            merged = b.phi(V16I)
-            merged.add_incoming(zero, pre)
-            merged.add_incoming(value, head)
-            out.append(merged)
-        return out
+        def step(s: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            panel = b.gep(w, [b.mul(s, I64(4 * QGEMM_PANEL))], source_etype=I8)
+            halves = [b.load(b.gep(panel, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
+            new = []
+            for r in range(mr):
+                word = word_at(r, b.mul(s, I64(4)))
+                if flipped:
+                    word = b.xor(word, I32(-0x7F7F7F80))  # 0x80808080
+                v = _splat(b, word, 16)
+                new += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
+            return new
+
+        return _depth_loop(b, steps, 2 * mr, step)
 
     pre = b.block
     then, other, joined = (b.append_basic_block(n) for n in ("signed", "unsigned", "summed"))
@@ -221,29 +265,12 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
         phi.add_incoming(value, inside)
         final.append(phi)
 
-    roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
-    store = _intrinsic(module, "llvm.masked.store.v16i8.p0",
-                       ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
-    zyv, lov, hiv = (_splat(b, v, 16) for v in (zy, lo, hi))
-    lanes = ir.Constant(V16I, list(range(16)))
-    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+    out = _Requantizer(module, b, zy, lo, hi, cols)
     for h in range(2):
         c = b.load(b.gep(corr, [I64(16 * h)], source_etype=I32), typ=V16I, align=4)
         f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
-        left = _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16)
-        mask = b.icmp_signed("<", lanes, left)
         for r in range(mr):
-            v = b.fmul(b.sitofp(b.add(final[2 * r + h], c), V16F), f)
-            v = b.fadd(b.call(roundeven, [v]), zyv)
-            v = b.select(b.fcmp_ordered("<", v, lov), lov, v)
-            v = b.select(b.fcmp_ordered(">", v, hiv), hiv, v)
-            q = b.trunc(b.fptosi(v, V16I), V16B)
-            at = b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8)
-            with b.if_else(whole) as (full, part):
-                with full:
-                    b.store(q, at, align=1)
-                with part:
-                    b.call(store, [q, at, I32(1), mask])
+            out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8), h)
     b.ret_void()
     return fn
 
@@ -499,60 +526,26 @@ def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
     xp, p32, w, wrow, steps, corr, mult, y, p, cols, zy, lo, hi = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     dot = _dot(module)
-    zero = ir.Constant(V16I, [0] * 16)
     rows = [b.gep(w, [b.mul(I64(r), wrow)], source_etype=I8) for r in range(mr)]
     stride = b.mul(p32, I64(4))
-    pre = b.block
-    head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
-    b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
-    b.position_at_end(head)
-    s = b.phi(I64)
-    s.add_incoming(I64(0), pre)
-    accs = [b.phi(V16I) for _ in range(2 * mr)]
-    for acc in accs:
-        acc.add_incoming(zero, pre)
-    block = b.gep(xp, [b.mul(s, stride)], source_etype=I8)
-    halves = [b.load(b.gep(block, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
-    new = []
-    for r in range(mr):
-        word = b.load(b.gep(rows[r], [b.mul(s, I64(4))], source_etype=I8), typ=I32, align=4)
-        v = _splat(b, word, 16)
-        new += [b.call(dot, [accs[2 * r + h], halves[h], v]) for h in range(2)]
-    nxt = b.add(s, I64(1))
-    s.add_incoming(nxt, b.block)
-    for acc, value in zip(accs, new):
-        acc.add_incoming(value, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
-    b.position_at_end(after)
-    final = []
-    for value in new:
-        merged = b.phi(V16I)
-        merged.add_incoming(zero, pre)
-        merged.add_incoming(value, head)
-        final.append(merged)
 
-    roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
-    store = _intrinsic(module, "llvm.masked.store.v16i8.p0",
-                       ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
-    zyv, lov, hiv = (_splat(b, v, 16) for v in (zy, lo, hi))
-    lanes = ir.Constant(V16I, list(range(16)))
-    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
-    masks = [b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16)) for h in range(2)]
+    def step(s: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        block = b.gep(xp, [b.mul(s, stride)], source_etype=I8)
+        halves = [b.load(b.gep(block, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
+        new = []
+        for r in range(mr):
+            word = b.load(b.gep(rows[r], [b.mul(s, I64(4))], source_etype=I8), typ=I32, align=4)
+            v = _splat(b, word, 16)
+            new += [b.call(dot, [accs[2 * r + h], halves[h], v]) for h in range(2)]
+        return new
+
+    final = _depth_loop(b, steps, 2 * mr, step)
+    out = _Requantizer(module, b, zy, lo, hi, cols)
     for r in range(mr):
         c = _splat(b, b.load(b.gep(corr, [I64(r)], source_etype=I32), typ=I32), 16)
         f = _splat(b, b.load(b.gep(mult, [I64(r)], source_etype=F32), typ=F32), 16)
         for h in range(2):
-            v = b.fmul(b.sitofp(b.add(final[2 * r + h], c), V16F), f)
-            v = b.fadd(b.call(roundeven, [v]), zyv)
-            v = b.select(b.fcmp_ordered("<", v, lov), lov, v)
-            v = b.select(b.fcmp_ordered(">", v, hiv), hiv, v)
-            qv = b.trunc(b.fptosi(v, V16I), V16B)
-            at = b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I8)
-            with b.if_else(whole) as (full, part):
-                with full:
-                    b.store(qv, at, align=1)
-                with part:
-                    b.call(store, [qv, at, I32(1), masks[h]])
+            out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I8), h)
     b.ret_void()
     return fn
 
