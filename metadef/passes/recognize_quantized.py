@@ -62,25 +62,35 @@ def _one(v: Value) -> bool:
     return v.const is not None and np.size(v.const) == 1
 
 
-def _qlinear_matmul(m: Match, ed: GraphEditor) -> Built:
-    refusal = escaping(m, ed, shared=("dq_a", "dq_w"))
-    if refusal is not None:
-        return refusal
-    w, sw, zw = (m.value(n).const for n in ("w", "sw", "zw"))
-    if np.ndim(w) != 2 or np.asarray(w).dtype not in (np.int8, np.uint8):
-        return Refusal(f"the weights are {np.asarray(w).dtype}[{', '.join(map(str, np.shape(w)))}], not 2-D 8-bit")
-    n = np.shape(w)[1]
-    per_column = np.size(sw) == n and np.ndim(sw) == 1 and n > 1
-    if per_column and int(m.node("dq_w").attrs.get("axis", 1)) % 2 != 1:
-        return Refusal("the weights' scales run along their rows, not their columns")
-    if not (np.size(sw) == 1 or per_column) or np.size(zw) != np.size(sw):
-        return Refusal("the weights' scale and zero point are not one value or one a column")
+def _operands(m: Match, rank: int, axis: int, what: str) -> Refusal | int:
+    """The outputs (along the weights' ``axis``) of a match whose weights are ``rank``-D 8-bit
+    with a scale and zero point per tensor or per output (a ``what``), and whose activations and
+    output are 8-bit; else the refusal."""
+    w, sw, zw = (np.asarray(m.value(n).const) for n in ("w", "sw", "zw"))
+    if w.ndim != rank or w.dtype not in (np.int8, np.uint8):
+        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not {rank}-D 8-bit")
+    n = w.shape[axis]
+    if sw.size not in (1, n) or zw.size != sw.size or sw.ndim > 1:
+        return Refusal(f"the weights' scale and zero point are not one value or one a {what}")
+    given = int(m.node("dq_w").attrs.get("axis", 1)) % rank
+    if sw.size > 1 and given != axis:
+        return Refusal(f"the weights' scales run along axis {given}, not along their {what}s (axis {axis})")
     a = m.value("a").type
     if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
         return Refusal("the activations are not 8-bit")
     if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
         return Refusal("the output is not 8-bit")
-    return emit(m, ed, "QLinearMatMul", [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")])
+    return n
+
+
+def _qlinear_matmul(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed, shared=("dq_a", "dq_w"))
+    if refusal is not None:
+        return refusal
+    n = _operands(m, 2, 1, "column")
+    if isinstance(n, Refusal):
+        return n
+    return emit(m, ed, "QLinearMatMul", [m.value(x) for x in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")])
 
 
 def _qlinear_conv(m: Match, ed: GraphEditor) -> Built:
@@ -90,17 +100,9 @@ def _qlinear_conv(m: Match, ed: GraphEditor) -> Built:
     conv = m.node("conv")
     if int(conv.attrs.get("group", 1) or 1) != 1:
         return Refusal("a grouped conv keeps its float form (its weights are few)")
-    w, sw, zw = (np.asarray(m.value(n).const) for n in ("w", "sw", "zw"))
-    if w.ndim != 4 or w.dtype not in (np.int8, np.uint8):
-        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not 4-D 8-bit")
-    k = w.shape[0]
-    if sw.size not in (1, k) or zw.size != sw.size or (sw.size > 1 and int(m.node("dq_w").attrs.get("axis", 1)) != 0):
-        return Refusal("the weights' scale and zero point are not one value or one an output channel")
-    a = m.value("a").type
-    if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
-        return Refusal("the activations are not 8-bit")
-    if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
-        return Refusal("the output is not 8-bit")
+    k = _operands(m, 4, 0, "output channel")
+    if isinstance(k, Refusal):
+        return k
     inputs = [m.value(n) for n in ("a", "sa", "za", "w", "sw", "zw", "sy", "zy")]
     if m.has("b"):
         refusal = _bias(m, k)
@@ -129,18 +131,9 @@ def _qgemm(m: Match, ed: GraphEditor) -> Built:
     trans_b = int(gemm.attrs.get("transB", 0) or 0)
     if int(gemm.attrs.get("transA", 0) or 0):
         return Refusal("a Gemm of A transposed keeps its float form")
-    w, sw, zw = (np.asarray(m.value(n).const) for n in ("w", "sw", "zw"))
-    if w.ndim != 2 or w.dtype not in (np.int8, np.uint8):
-        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not 2-D 8-bit")
-    n = w.shape[0 if trans_b else 1]
-    if sw.size not in (1, n) or zw.size != sw.size or \
-            (sw.size > 1 and int(m.node("dq_w").attrs.get("axis", 1)) != (0 if trans_b else 1)):
-        return Refusal("the weights' scale and zero point are not one value or one an output column")
-    a = m.value("a").type
-    if a is None or np.dtype(a.dtype.numpy) not in (np.uint8, np.int8):
-        return Refusal("the activations are not 8-bit")
-    if np.asarray(m.value("zy").const).dtype not in (np.uint8, np.int8):
-        return Refusal("the output is not 8-bit")
+    n = _operands(m, 2, 0 if trans_b else 1, "output column")
+    if isinstance(n, Refusal):
+        return n
     bias = None
     if m.has("b"):
         if float(gemm.attrs.get("beta", 1.0)) != 1.0:

@@ -68,7 +68,7 @@ def test_every_level_but_safe_recognizes_it() -> None:
 
 
 @pytest.mark.parametrize("case,reason", [
-    ({"k": 24, "w_scale": np.full(24, 0.01, np.float32), "axis": 0}, "along their rows"),
+    ({"k": 24, "w_scale": np.full(24, 0.01, np.float32), "axis": 0}, "not along their columns"),
     ({"w_scale": np.full(48, 0.01, np.float32), "axis": 0}, "not one value or one a column"),
     ({"extra_use": True}, "consumers"),
 ])
