@@ -9,7 +9,8 @@ expression unless a ``transBatch`` flag moves the batch axes (then a numpy refer
 ``Attention`` is ORT's fused self-attention with a numpy reference; it supports the common
 subset (masks given as 2-D ``[batch, total_seq]`` 0/1 or 1-D ``[batch]`` lengths,
 ``unidirectional``, ``scale``, ``qkv_hidden_sizes``, ``past``/``present``) and refuses the
-rest by name.
+rest by name. ``QGemm`` is ORT's quantized Gemm (what its quantizer writes in QOperator form,
+and what :mod:`metadef.passes.recognize_quantized` makes of a QDQ Gemm), with a numpy reference.
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -30,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from metadef.core.dtypes import FLOAT32
+from metadef.core.dtypes import FLOAT32, UINT8
 from metadef.core.errors import UnsupportedOpError
+from metadef.ops.defs.quantized import integer_matmul, saturation
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, float_, int_, ints
 from metadef.ops.metaop import SAME_AS_FIRST, metaop
@@ -301,5 +303,70 @@ Attention = metaop(
     reference=_attention_reference, role=Role.OPAQUE,
 )
 
-__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "QuickGelu",
+
+# ------------------------------------------------------------- QGemm (ONNX Runtime's contrib op)
+
+
+def qgemm_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    """ONNX Runtime's ``com.microsoft::QGemm`` in numpy: ``(A' - za) @ (B' - zb) + C`` in int32
+    (``A'``, ``B'`` transposed as ``transA`` / ``transB`` say; ``zb`` per column), then with
+    ``Y_scale`` requantized with ``alpha * a_scale * b_scale / y_scale`` as QLinearMatMul does,
+    without it ``alpha * a_scale * b_scale`` times the sum in float32.
+
+    Example:
+        >>> a, b = np.array([[1, 2]], np.uint8), np.array([[3], [4]], np.int8)
+        >>> one, zu, zs = np.float32(1), np.uint8(0), np.int8(0)
+        >>> qgemm_reference([a, one, zu, b, one, zs, np.array([5], np.int32)], {"alpha": 1.0, "transA": 0,
+        ...                  "transB": 0}).tolist()
+        [[16.0]]
+    """
+    padded = list(inputs) + [None] * (9 - len(inputs))
+    a, sa, za, b, sb, zb, c, sy, zy = padded[:9]
+    a = np.asarray(a).T if attrs["transA"] else np.asarray(a)
+    b = np.asarray(b).T if attrs["transB"] else np.asarray(b)
+    acc = integer_matmul(a, b, za, zb)
+    if c is not None:
+        acc = acc + np.asarray(c, np.int32)
+    scale = np.float32(attrs["alpha"]) * np.asarray(sa, np.float32).reshape(()) \
+        * np.asarray(sb, np.float32).reshape(-1 if np.size(sb) > 1 else ())
+    if sy is None:
+        return (acc.astype(np.float32) * scale).astype(np.float32)
+    multiplier = scale / np.asarray(sy, np.float32).reshape(())
+    zero = np.asarray(0 if zy is None else zy)
+    out = zero.dtype if zy is not None else np.dtype(np.uint8)
+    scaled = np.rint(acc.astype(np.float32) * multiplier) + zero.astype(np.float32)
+    return np.clip(scaled, *saturation(out)).astype(out)
+
+
+def _qgemm_rule(ctx: InferContext) -> list[Any]:
+    ta, tb = ctx.inputs[0], ctx.inputs[3]
+    if ta is None or tb is None:
+        ctx.fail("the matrix operands A and B are required")
+    for t, what in ((ta, "A"), (tb, "B")):
+        if t.shape is not None and len(t.shape) != 2:
+            ctx.fail(f"{what} must be 2-D, got shape {list(t.shape)}")
+    m = None if ta.shape is None else ta.shape[1 if ctx.attrs["transA"] else 0]
+    n = None if tb.shape is None else tb.shape[0 if ctx.attrs["transB"] else 1]
+    k_a = None if ta.shape is None else ta.shape[0 if ctx.attrs["transA"] else 1]
+    k_b = None if tb.shape is None else tb.shape[1 if ctx.attrs["transB"] else 0]
+    if isinstance(k_a, int) and isinstance(k_b, int) and k_a != k_b:
+        ctx.fail(f"A' has {k_a} columns but B' has {k_b} rows")
+    if ctx.has(7):
+        out = ctx.dtype(8) if ctx.has(8) else UINT8
+        return [TensorType(out, (m, n))]
+    return [TensorType(FLOAT32, (m, n))]
+
+
+QGemm = metaop(
+    "QGemm", domain=DOMAIN,
+    inputs=("A: TA", "a_scale: float32", "a_zero_point: TA", "B: TB", "b_scale: float32", "b_zero_point: TB",
+            "C?: int32", "y_scale?: float32", "y_zero_point?: TY"),
+    outputs=("Y: TR",), attrs={"alpha": float_(1.0), "transA": int_(0), "transB": int_(0)},
+    types="TA in {int8, uint8}; TB in {int8, uint8}; TY in {int8, uint8}; TR in {float32, int8, uint8}",
+    rule=_qgemm_rule, reference=qgemm_reference, role=Role.CONTRACTION, since=(1,),
+    doc="ONNX Runtime's quantized Gemm: int32 product plus C, requantized (or scaled to float32).",
+)
+
+
+__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "QGemm", "QuickGelu",
            "SkipLayerNormalization"]
