@@ -364,11 +364,11 @@ def qconv_units(rows: int, p: int) -> int:
 
 
 def _qpack(module: ir.Module) -> None:
-    """Each group of 4 tap rows, each output row ``oy``: blocks of 16 output pixels, each tap's
-    16 bytes by one masked load (stride 1; 32 bytes, the even ones taken, at stride 2), the
-    lanes outside the image (padding, the row's end) the ``fill``, then interleaved (bytes
-    ``4 j + t``) and stored under a mask of the row's pixels; other strides pixel by pixel. Rows
-    past ``q`` are 0, and so are the pixels past ``oh * ow``."""
+    """Each group of 4 tap rows, each output row ``oy``: blocks of 64 output pixels, each tap's
+    64 bytes by one masked load (two at stride 2, the even bytes taken), the lanes outside the
+    image (padding, the row's ends) the ``fill``, then interleaved (bytes ``4 j + t``) and
+    stored as four 64-byte vectors under a mask of the row's pixels; other strides pixel by
+    pixel. Rows past ``q`` are 0, and so are the pixels past ``oh * ow``."""
     b, args, dims = _define(module, "md_qpack")
     x, xp = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QPACK_DIMS)}
@@ -380,16 +380,19 @@ def _qpack(module: ir.Module) -> None:
     fill = b.xor(b.trunc(d["fill"], I8), mask)
     row_bytes = b.mul(d["p32"], I64(4))
     ow, sw = d["ow"], d["sw"]
-    v16b, v32b, v64b = V16B, ir.VectorType(I8, 32), ir.VectorType(I8, 64)
-    bit16, bit32, bit64 = (ir.VectorType(ir.IntType(1), n) for n in (16, 32, 64))
-    load16 = _intrinsic(module, "llvm.masked.load.v16i8.p0", ir.FunctionType(v16b, [PTR, I32, bit16, v16b]))
-    load32 = _intrinsic(module, "llvm.masked.load.v32i8.p0", ir.FunctionType(v32b, [PTR, I32, bit32, v32b]))
+    v64b, bit64 = ir.VectorType(I8, 64), ir.VectorType(ir.IntType(1), 64)
+    load64 = _intrinsic(module, "llvm.masked.load.v64i8.p0", ir.FunctionType(v64b, [PTR, I32, bit64, v64b]))
     store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
-    iota16 = ir.Constant(ir.VectorType(I32, 16), list(range(16)))
-    iota32 = ir.Constant(ir.VectorType(I32, 32), list(range(32)))
-    even = ir.Constant(bit32, [i % 2 == 0 for i in range(32)])
-    vector_strides = b.or_(b.icmp_signed("==", sw, I64(1)), b.icmp_signed("==", sw, I64(2)))
+    flips = _splat(b, mask, 64)
+
+    def below(n: ir.Value) -> ir.Value:  # the lanes [0, n) of 64 as bits, n clamped to [0, 64]
+        n = b.select(b.icmp_signed("<", n, I64(0)), I64(0), n)
+        ones = b.sub(b.shl(I64(1), b.select(b.icmp_signed(">", n, I64(63)), I64(63), n)), I64(1))
+        return b.select(b.icmp_signed(">", n, I64(63)), I64(-1), ones)
+
+    def span(lo: ir.Value, hi: ir.Value) -> ir.Value:  # the lanes [lo, hi) of 64 as a mask
+        return b.bitcast(b.and_(below(hi), b.xor(below(lo), I64(-1))), bit64)
 
     def group(g: ir.Value) -> None:
         base = b.gep(xp, [b.mul(g, row_bytes)], source_etype=I8)
@@ -407,7 +410,8 @@ def _qpack(module: ir.Module) -> None:
             tap.append((real, plane, b.sub(b.mul(dy, d["dh"]), d["pt"]), b.sub(b.mul(dx, d["dw"]), d["pl"]),
                         b.select(real, fill, I8(0))))
 
-        def out_row(oy: ir.Value) -> None:
+        def row_taps(oy: ir.Value) -> list[tuple[ir.Value, ir.Value, ir.Value, ir.Value]]:
+            """Per tap: whether output row ``oy`` reads a row of the image, and where it starts."""
             rows = []
             for real, plane, off_y, off_x, t_fill in tap:
                 iy = b.add(b.mul(oy, d["sh"]), off_y)
@@ -415,100 +419,65 @@ def _qpack(module: ir.Module) -> None:
                 # (a row outside reads nothing: its loads are all masked off, from the plane's start)
                 src = b.gep(plane, [b.select(inside, b.mul(iy, d["w"]), I64(0))], source_etype=I8)
                 rows.append((inside, src, off_x, t_fill))
+            return rows
+
+        def vectors(stride: int) -> None:
+            def block(k: ir.Value) -> None:  # (the masks of a block's loads and stores serve all its rows)
+                ox0 = b.mul(k, I64(64))
+                loads = []
+                for _, _, _, off_x, t_fill in tap:
+                    start = b.add(b.mul(ox0, I64(stride)), off_x)
+                    loads.append((start, [span(b.sub(I64(-64 * i), start), b.sub(b.sub(d["w"], start), I64(64 * i)))
+                                          for i in range(stride)], _splat(b, b.xor(t_fill, mask), 64)))
+                left = b.sub(ow, ox0)
+                stores = [span(I64(0), b.mul(b.sub(left, I64(16 * q4)), I64(4))) for q4 in range(4)]
+                none = ir.Constant(bit64, [False] * 64)
+
+                def out_row(oy: ir.Value) -> None:
+                    got = []
+                    for (inside, src, _, _), (start, masks, passthru) in zip(row_taps(oy), loads):
+                        at = b.gep(src, [start], source_etype=I8)
+                        parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
+                                                 b.select(inside, m, none), passthru]) for i, m in enumerate(masks)]
+                        v = parts[0] if stride == 1 else b.shuffle_vector(
+                            parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
+                        got.append(b.xor(v, flips))
+                    pairs = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(
+                        ir.VectorType(I32, 64), [32 * half + j // 2 + 64 * (j % 2) for j in range(64)]))
+                        for i in range(2) for half in range(2)]  # (a b pairs, then c d pairs; pixels 0-31, 32-63)
+                    dst = b.gep(base, [b.mul(b.add(b.mul(oy, ow), ox0), I64(4))], source_etype=I8)
+                    for q4 in range(4):  # (pixels 16 q4 + i: bytes 4 i + t)
+                        h = q4 // 2
+                        v = b.shuffle_vector(pairs[h], pairs[2 + h], ir.Constant(ir.VectorType(I32, 64), [
+                            2 * (16 * (q4 % 2) + i) + t % 2 + 64 * (t // 2) for i in range(16) for t in range(4)]))
+                        b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
+
+                _loop(b, I64(0), d["oh"], out_row)
+
+            _loop(b, I64(0), b.sdiv(b.add(ow, I64(63)), I64(64)), block)
+
+        def scalars(oy: ir.Value) -> None:
+            rows = row_taps(oy)
             dst = b.gep(base, [b.mul(b.mul(oy, ow), I64(4))], source_etype=I8)
 
-            def vectors() -> None:
-                def interleaved(got: list[ir.Value]) -> ir.Value:
-                    pair = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(ir.VectorType(I32, 32),
-                                                                                     list(range(32))))
-                            for i in range(2)]
-                    allv = b.shuffle_vector(pair[0], pair[1], ir.Constant(ir.VectorType(I32, 64), list(range(64))))
-                    return b.shuffle_vector(allv, allv, ir.Constant(ir.VectorType(I32, 64),
-                                                                    [16 * (i % 4) + i // 4 for i in range(64)]))
+            def pixel(ox: ir.Value) -> None:
+                for t, (inside, src, off_x, t_fill) in enumerate(rows):
+                    ix = b.add(b.mul(ox, sw), off_x)
+                    ok = b.and_(inside, b.and_(b.icmp_signed(">=", ix, I64(0)), b.icmp_signed("<", ix, d["w"])))
+                    v = b.load(b.gep(src, [b.select(ok, ix, I64(0))], source_etype=I8), typ=I8)
+                    b.store(b.select(ok, b.xor(v, mask), t_fill),
+                            b.gep(dst, [b.add(b.mul(ox, I64(4)), I64(t))], source_etype=I8))
 
-                def plain_block(starts: list[ir.Value], out_at: ir.Value, flips: ir.Value) -> None:
-                    with b.if_else(b.icmp_signed("==", sw, I64(1))) as (unit, two):
-                        with unit:
-                            got = [b.xor(b.load(b.gep(src, [start], source_etype=I8), typ=v16b, align=1), flips)
-                                   for (_, src, _, _), start in zip(rows, starts)]
-                            b.store(interleaved(got), out_at, align=1)
-                        with two:
-                            evens = ir.Constant(ir.VectorType(I32, 16), [2 * i for i in range(16)])
-                            wide = [b.load(b.gep(src, [start], source_etype=I8), typ=v32b, align=1)
-                                    for (_, src, _, _), start in zip(rows, starts)]
-                            got = [b.xor(b.shuffle_vector(v, v, evens), flips) for v in wide]
-                            b.store(interleaved(got), out_at, align=1)
+            _loop(b, I64(0), ow, pixel)
 
-                def block(k: ir.Value) -> None:
-                    ox0 = b.mul(k, I64(16))
-                    left = b.sub(ow, ox0)
-                    flips = _splat(b, mask, 16)
-                    starts = [b.add(b.mul(ox0, sw), off_x) for _, _, off_x, _ in rows]
-                    interior = b.icmp_signed(">=", left, I64(16))
-                    for (inside, _, _, _), start in zip(rows, starts):
-                        fits = b.and_(b.icmp_signed(">=", start, I64(0)),
-                                      b.icmp_signed("<=", b.add(start, b.mul(sw, I64(16))), d["w"]))
-                        interior = b.and_(interior, b.and_(inside, fits))
-                    out_at = b.gep(dst, [b.mul(ox0, I64(4))], source_etype=I8)
-                    with b.if_else(interior) as (plain, edge):
-                        with plain:  # (the common case: 16 pixels inside the image for all four taps)
-                            plain_block(starts, out_at, flips)
-                        with edge:
-                            pixels = b.icmp_signed("<", iota16, _splat(b, b.trunc(left, I32), 16))
-                            got = []
-                            for (inside, src, _, t_fill), start in zip(rows, starts):
-                                raw = b.xor(t_fill, mask)  # (flipped with the rest below: the fill as it is)
-                                at = b.gep(src, [start], source_etype=I8)
-
-                                def lanes(iota: ir.Value, n: int, start: ir.Value = start, inside: ir.Value = inside
-                                          ) -> ir.Value:
-                                    ix = b.add(iota, _splat(b, b.trunc(start, I32), n))
-                                    ok = b.and_(b.icmp_signed(">=", ix, _splat(b, I32(0), n)),
-                                                b.icmp_signed("<", ix, _splat(b, b.trunc(d["w"], I32), n)))
-                                    return b.and_(ok, _splat(b, inside, n))
-
-                                one = b.icmp_signed("==", sw, I64(1))
-                                with b.if_else(one) as (unit, two):
-                                    with unit:
-                                        m16 = b.and_(lanes(iota16, 16), pixels)
-                                        v1 = b.call(load16, [at, I32(1), m16, _splat(b, raw, 16)])
-                                        blk1 = b.block
-                                    with two:
-                                        wide = b.shuffle_vector(pixels, pixels, ir.Constant(
-                                            ir.VectorType(I32, 32), [i // 2 for i in range(32)]))
-                                        m32 = b.and_(b.and_(lanes(iota32, 32), wide), even)
-                                        v32 = b.call(load32, [at, I32(1), m32, _splat(b, raw, 32)])
-                                        v2 = b.shuffle_vector(v32, v32, ir.Constant(ir.VectorType(I32, 16),
-                                                                                    [2 * i for i in range(16)]))
-                                        blk2 = b.block
-                                v = b.phi(v16b)
-                                v.add_incoming(v1, blk1)
-                                v.add_incoming(v2, blk2)
-                                got.append(b.xor(v, flips))
-                            keep = b.shuffle_vector(pixels, pixels, ir.Constant(ir.VectorType(I32, 64),
-                                                                                [i // 4 for i in range(64)]))
-                            b.call(store64, [interleaved(got), out_at, I32(1), keep])
-
-                _loop(b, I64(0), b.sdiv(b.add(ow, I64(15)), I64(16)), block)
-
-            def scalars() -> None:
-                def pixel(ox: ir.Value) -> None:
-                    for t, (inside, src, off_x, t_fill) in enumerate(rows):
-                        ix = b.add(b.mul(ox, sw), off_x)
-                        ok = b.and_(inside, b.and_(b.icmp_signed(">=", ix, I64(0)), b.icmp_signed("<", ix, d["w"])))
-                        v = b.load(b.gep(src, [b.select(ok, ix, I64(0))], source_etype=I8), typ=I8)
-                        v = b.select(ok, b.xor(v, mask), t_fill)
-                        b.store(v, b.gep(dst, [b.add(b.mul(ox, I64(4)), I64(t))], source_etype=I8))
-
-                _loop(b, I64(0), ow, pixel)
-
-            with b.if_else(vector_strides) as (fast, slow):
-                with fast:
-                    vectors()
-                with slow:
-                    scalars()
-
-        _loop(b, I64(0), d["oh"], out_row)
+        with b.if_else(b.icmp_signed("==", sw, I64(1))) as (one, other):
+            with one:
+                vectors(1)
+            with other, b.if_else(b.icmp_signed("==", sw, I64(2))) as (two, rest):
+                with two:
+                    vectors(2)
+                with rest:
+                    _loop(b, I64(0), d["oh"], scalars)
 
     _loop(b, first, last, group)
     b.ret_void()
