@@ -26,7 +26,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_qgemm``: a quantized product (8-bit activations, constant int8 weights) on AVX512-VNNI's
   dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`); ``md_qconv`` the same for a
-  quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it.
+  quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it;
+  ``md_qmaxpool`` an 8-bit MaxPool (:mod:`.native_qpool`).
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
   same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`);
   ``md_softmax_rows`` the softmax between them, the mask added, which Softmax nodes over rows
@@ -121,6 +122,7 @@ from metadef.codegen.native_ir import (
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.codegen.native_qgemm import _qconv, _qgemm, _qpack
+from metadef.codegen.native_qpool import _qmaxpool
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
 from metadef.codegen.native_scatter import (
@@ -428,6 +430,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_qgemm": _qgemm,
     "md_qconv": _qconv,
     "md_qpack": _qpack,
+    "md_qmaxpool": _qmaxpool,
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
     "md_resize2d": _resize2d,
@@ -455,7 +458,7 @@ whose bodies unroll their own loops (md_softmax_rows with its log form as four b
 141 ms of LLVM, the same speed); the gathers and scatters, whose loops are written per element
 size (md_scatter_nd_reduce 330 -> 130 ms of LLVM)."""
 VECTORIZED_BY_HAND = frozenset({"md_qpack", "md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE,
-                                "md_transpose",
+                                "md_transpose", "md_qmaxpool",
                                 "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
                                 "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
                                 "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})

@@ -363,6 +363,16 @@ def qconv_units(rows: int, p: int) -> int:
     return -(-p // QGEMM_PANEL) * -(-rows // QCONV_CHUNK)
 
 
+def lanes_between(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The lanes ``[lo, hi)`` of 64 as a ``<64 x i1>`` mask (``lo``, ``hi``: any i64)."""
+    def below(n: ir.Value) -> ir.Value:  # the lanes [0, n) as bits, n clamped to [0, 64]
+        n = b.select(b.icmp_signed("<", n, I64(0)), I64(0), n)
+        ones = b.sub(b.shl(I64(1), b.select(b.icmp_signed(">", n, I64(63)), I64(63), n)), I64(1))
+        return b.select(b.icmp_signed(">", n, I64(63)), I64(-1), ones)
+
+    return b.bitcast(b.and_(below(hi), b.xor(below(lo), I64(-1))), ir.VectorType(ir.IntType(1), 64))
+
+
 def _qpack(module: ir.Module) -> None:
     """Each group of 4 tap rows, each output row ``oy``: blocks of 64 output pixels, each tap's
     64 bytes by one masked load (two at stride 2, the even bytes taken), the lanes outside the
@@ -386,13 +396,8 @@ def _qpack(module: ir.Module) -> None:
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
     flips = _splat(b, mask, 64)
 
-    def below(n: ir.Value) -> ir.Value:  # the lanes [0, n) of 64 as bits, n clamped to [0, 64]
-        n = b.select(b.icmp_signed("<", n, I64(0)), I64(0), n)
-        ones = b.sub(b.shl(I64(1), b.select(b.icmp_signed(">", n, I64(63)), I64(63), n)), I64(1))
-        return b.select(b.icmp_signed(">", n, I64(63)), I64(-1), ones)
-
-    def span(lo: ir.Value, hi: ir.Value) -> ir.Value:  # the lanes [lo, hi) of 64 as a mask
-        return b.bitcast(b.and_(below(hi), b.xor(below(lo), I64(-1))), bit64)
+    def span(lo: ir.Value, hi: ir.Value) -> ir.Value:
+        return lanes_between(b, lo, hi)
 
     def group(g: ir.Value) -> None:
         base = b.gep(xp, [b.mul(g, row_bytes)], source_etype=I8)

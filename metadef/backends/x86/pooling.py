@@ -30,6 +30,7 @@ from metadef.backends.x86.conv1x1 import in_place_routine, routine_fits, static_
 from metadef.backends.x86.native import NULL, PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, needing, needs
 from metadef.codegen.native import native_function
 from metadef.codegen.native_depthwise import DEPTHWISE_KERNELS, depthwise_dims, depthwise_routine, maxpool_routine
+from metadef.codegen.native_qpool import qmaxpool_dims
 from metadef.ir import Node
 from metadef.ops.defs.nn_pool import window
 
@@ -56,8 +57,11 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
     shape."""
     attrs = node.attrs
     out_type = node.outputs[0].type if node.outputs and node.outputs[0] is not None else None
-    if node.qualop != "MaxPool" or len([v for v in node.outputs if v is not None]) != 1 or out_type is None \
-            or out_type.dtype.numpy != np.float32:
+    if node.qualop != "MaxPool" or len([v for v in node.outputs if v is not None]) != 1 or out_type is None:
+        return otherwise
+    if out_type.dtype.numpy in (np.uint8, np.int8):
+        return byte_maxpool_lowering(node, otherwise)
+    if out_type.dtype.numpy != np.float32:
         return otherwise
     kernel = list(attrs.get("kernel_shape") or [])
     chained = chained_passes(attrs)
@@ -104,6 +108,38 @@ def maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
         return NativeStep(calls, scratch)
 
     return needing(lower, *needs(otherwise), routine)
+
+
+def byte_maxpool_lowering(node: Node, otherwise: Lowering) -> Lowering:
+    """A 2-D MaxPool of 8-bit planes (a quantized model's) as ``md_qmaxpool`` calls, any window,
+    stride, dilation and padding; ``otherwise`` for other ranks."""
+    flip = node.outputs[0].type.dtype.numpy == np.int8  # type: ignore[union-attr]
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        sx = inputs[0]
+        kernel = tuple(int(k) for k in node.attrs.get("kernel_shape") or ())
+        if sx is None or len(sx) != 4 or len(outputs[0]) != 4 or len(kernel) != 2:
+            return otherwise(inputs, outputs, symbols)
+        win = window(node.attrs, tuple(sx[2:]), kernel)
+        planes, out_hw = int(sx[0] * sx[1]), (int(outputs[0][2]), int(outputs[0][3]))
+        if min(int(v) for v in win.begin) < 0 or 0 in (planes, *sx[2:], *out_hw):
+            return otherwise(inputs, outputs, symbols)
+
+        def dims(task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+            return qmaxpool_dims(planes, (int(sx[2]), int(sx[3])), out_hw, kernel,  # type: ignore[arg-type]
+                                 tuple(int(v) for v in win.strides), tuple(int(v) for v in win.dilations),
+                                 (int(win.begin[0]), int(win.begin[1])), flip=flip, task=task, tasks=tasks)
+
+        def tasks(count: int) -> list[tuple[int, ...]] | None:
+            if count < 2 or planes < count or planes * out_hw[0] * out_hw[1] < PARALLEL_ELEMENTS:
+                return None
+            return [dims(t, count) for t in range(count)]
+
+        return NativeStep((Call(native_function("md_qmaxpool"), (Arg("in", 0), Arg("out", 0)), dims(),
+                                "maxpool (8-bit)", tasks),), ())
+
+    return needing(lower, *needs(otherwise), "md_qmaxpool")
 
 
 def avgpool_lowering(node: Node, otherwise: Lowering) -> Lowering:

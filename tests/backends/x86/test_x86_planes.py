@@ -267,6 +267,30 @@ def test_maxpool3x3_matches_reference_with_pads_ceil_mode_and_nan() -> None:
     assert kinds["maxpool 3x3"] == 4 and sum(v for k, v in kinds.items() if k.startswith("MaxPool at")) == 1
 
 
+@pytest.mark.parametrize("dtype", ["u8", "i8"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pools_of_bytes_run_as_md_qmaxpool(dtype: str, threads: int) -> None:
+    """8-bit MaxPools (a quantized model's: padded, strided, ceil mode, SAME_UPPER, stride 3, a
+    2x2 window) run as ``md_qmaxpool``, the reference's bytes at every batch."""
+    g = GraphBuilder("pools")
+    x = g.input("x", parse_type(f"{dtype}[n,8,15,70]"))
+    for attrs in ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                  {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+                  {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"},
+                  {"kernel_shape": [3, 3], "strides": [3, 1], "pads": [0, 1, 2, 0]}, {"kernel_shape": [2, 2]}):
+        y, = g.node("MaxPool", [x], attrs)
+        g.output(y)
+    graph = g.build()
+    exe, ref = md.compile(graph, target="x86", threads=threads), md.compile(graph, target="reference")
+    info = np.iinfo(np.uint8 if dtype == "u8" else np.int8)
+    for batch in (1, 3):
+        feeds = {"x": RNG.integers(info.min, int(info.max) + 1, (batch, 8, 15, 70)).astype(info.dtype)}
+        got, want = exe.run(feeds), ref.run(feeds)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    assert exe.executable.programs.bound({"n": 3}).call_kinds["maxpool"] == 5
+
+
 @pytest.mark.parametrize("size", ["16", "s"])
 def test_planes_known_before_binding_need_only_the_in_place_routines(size: str) -> None:
     """A max pool and depthwise convs over 16x16 planes (stride 2 and 1, one pixel of padding):
