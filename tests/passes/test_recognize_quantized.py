@@ -147,3 +147,55 @@ def test_qdq_gemm_becomes_qgemm_and_a_transposed_a_stays() -> None:
     kept = md.optimize(graph(1), level="moderate", log=log)
     assert "QGemm" not in [n.op for n in kept.nodes]
     assert any("A transposed" in line for line in log.lines())
+
+
+def _around(move: str, inputs: list, attrs: dict, *, scale: float = 0.05, zero: int = 100,
+            dtype: type = np.uint8, x_shape: str = "1,3,9,9") -> Graph:
+    """``Q(move(DQ(x), ...))``, the two sides at one scale unless ``scale`` / ``zero`` say otherwise."""
+    b = GraphBuilder("g")
+    c = b.const
+    kind = "u8" if dtype == np.uint8 else "i8"
+    x = b.input("x", parse_type(f"{kind}[{x_shape}]"))
+    f, = b.node("DequantizeLinear", [x, c("s", np.float32(0.05)), c("z", dtype(100 if dtype == np.uint8 else -3))])
+    m, = b.node(move, [f, *(c(f"arg{i}", v) for i, v in enumerate(inputs))], attrs, name="move")
+    y, = b.node("QuantizeLinear", [m, c("sy", np.float32(scale)), c("zy", dtype(zero if dtype == np.uint8 else -3))])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("move,inputs,attrs", [
+    ("MaxPool", [], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("Reshape", [np.array([1, 3, 81], np.int64)], {}),
+    ("Transpose", [], {"perm": [0, 2, 3, 1]}),
+    ("Flatten", [], {"axis": 1}),
+    ("Slice", [np.array([1], np.int64), np.array([7], np.int64), np.array([3], np.int64)], {}),
+    ("Gather", [np.array([2, 0], np.int64)], {"axis": 1}),
+    ("SpaceToDepth", [], {"blocksize": 3}),
+])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qdq_around_a_move_at_one_scale_is_the_move_on_the_bytes(move: str, inputs: list, attrs: dict,
+                                                                 dtype: type) -> None:
+    graph = _around(move, inputs, attrs, dtype=dtype)
+    ctx = PassContext()
+    new = recognize_quantized(graph, ctx)
+    assert [n.op for n in new.nodes] == [move] and new.nodes[0].inputs[0] is new.inputs[0]
+    assert any(line.startswith("taken drop_qdq_around_moves") for line in ctx.log.lines())
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, int(info.max) + 1, (1, 3, 9, 9)).astype(dtype)
+    want, = md.compile(graph, target="reference").run({"x": x}).values()
+    got, = md.compile(new, target="reference").run({"x": x}).values()
+    np.testing.assert_array_equal(got, want)  # (byte for byte: (x - z) * s / s rounds back to x - z)
+    got, = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False).run({"x": x}).values()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("scale,zero,reason", [
+    (0.1, 100, "the scale and zero point change across the MaxPool (0.05, 100 -> 0.1, 100)"),
+    (0.05, 99, "the scale and zero point change across the MaxPool (0.05, 100 -> 0.05, 99)"),
+])
+def test_a_move_that_requantizes_keeps_its_qdq_with_the_reason(scale: float, zero: int, reason: str) -> None:
+    graph = _around("MaxPool", [], {"kernel_shape": [2, 2]}, scale=scale, zero=zero)
+    log = DecisionLog()
+    new = recognize_quantized(graph, PassContext(log=log))
+    assert [n.op for n in new.nodes] == ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
+    assert f"refused drop_qdq_around_moves at QuantizeLinear_2: {reason}" in log.lines(), log.lines()
