@@ -7,7 +7,9 @@ The pass never looks at an op's name: it reads ``node.metaop.role``.
   Add whose other operand comes from outside) while each value inside the chain has exactly
   one consumer (rules ``contraction_epilogue``, ``reduction_epilogue``). A reduction first
   absorbs its elementwise prologue: producers whose outputs are read only inside the group
-  (``reduction_prologue``).
+  (``reduction_prologue``). An epilogue then absorbs the one-input elementwise producers of its
+  other operands that only it reads (``epilogue_operands``: a residual Add's dequantization,
+  so the group reads the 8-bit tensor instead of a float copy of it written just for it).
 - ELEMENTWISE / BROADCAST nodes left over form chains of their own (``elementwise_chain``).
 - INJECTIVE nodes (reshape, transpose) end a group; OPAQUE nodes are never grouped; a node
   marked ``no_fuse`` is never absorbed; a group of one node stays as it is.
@@ -61,7 +63,8 @@ anchor_rules: dict[Role, tuple[str | None, str]] = {
     Role.REDUCTION: ("reduction_prologue", "reduction_epilogue"),
 }
 CHAIN_RULE = "elementwise_chain"
-RULES = ("contraction_epilogue", "reduction_prologue", "reduction_epilogue", CHAIN_RULE)
+OPERANDS_RULE = "epilogue_operands"
+RULES = ("contraction_epilogue", "reduction_prologue", "reduction_epilogue", OPERANDS_RULE, CHAIN_RULE)
 
 
 @dataclass(eq=False)
@@ -72,6 +75,7 @@ class _Group:
     members: dict[int, Node] = field(default_factory=dict)
     first: int = 0            # the smallest position of a member (prunes the cycle search)
     tail: Node | None = None  # the member whose output the epilogue continues from
+    operands: list[Node] = field(default_factory=list)  # (epilogue_operands: listed after the anchor)
     parts: list[str] = field(default_factory=list)
 
     def names(self, *more: Node) -> list[str]:
@@ -233,6 +237,31 @@ class _Planner:
             self.refuse(group, rule, node, f"%{out.name} has {self.uses(out)} consumers")
         return absorbed
 
+    def grow_operands(self, group: _Group, epilogue: list[Node]) -> list[Node]:
+        """Absorb the producers of the epilogue's other operands that are elementwise, read one
+        computed value (the rest constants) and are read only by the epilogue."""
+        absorbed: list[Node] = []
+        tail = {id(n) for n in epilogue}
+        for member in epilogue:
+            for v in member.inputs:
+                node = None if v is None else v.producer
+                if node is None or id(node) in group.members or node.metaop.role not in CHAIN_ROLES \
+                        or sum(u is not None and u.const is None for u in node.inputs) != 1 \
+                        or id(node) in self.group_of or not all(
+                            id(r) in tail for o in node.outputs for r in self.readers.get(id(o), ())) \
+                        or any(id(o) in self.graph_outputs for o in node.outputs):
+                    continue
+                reason = self.blocked(group, OPERANDS_RULE, node)
+                if reason is None and any(self.reaches_group(u.producer, group) for u in node.inputs if u is not None):
+                    reason = f"absorbing {node.name} would create a cycle"
+                if reason is not None:
+                    self.refuse(group, OPERANDS_RULE, node, reason)
+                    continue
+                self.absorb(group, node)
+                absorbed.append(node)
+        group.operands = absorbed
+        return absorbed
+
     def start(self, anchor: Node) -> _Group:
         group = _Group(anchor, first=self.position[id(anchor)], tail=anchor)
         self.absorb(group, anchor)
@@ -259,6 +288,9 @@ class _Planner:
         if epilogue:
             group.parts.append("epilogue")
             self.take(group, epilogue_rule, [anchor] + epilogue)
+            operands = self.grow_operands(group, epilogue)
+            if operands:
+                self.take(group, OPERANDS_RULE, sorted(operands, key=self.sort_key) + epilogue)
         return group
 
     def chained(self, head: Node) -> _Group | None:
@@ -314,6 +346,10 @@ def _body_value(node: Node, index: int, v: Value | None, inner: dict[int, Value]
 def _fuse(graph: Graph, group: _Group, planner: _Planner, name: str) -> Node:
     """Move the group's nodes into a body graph; returns the Fused node that replaces them."""
     members = sorted(group.members.values(), key=planner.sort_key)
+    if group.operands:  # (read by the epilogue only: the body keeps its anchor first)
+        members = [m for m in members if m not in group.operands]
+        at = members.index(group.anchor) + 1
+        members[at:at] = sorted(group.operands, key=planner.sort_key)
     inner: dict[int, Value] = {}
     inputs: list[Value] = []
     outer: list[Value] = []

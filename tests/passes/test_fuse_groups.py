@@ -100,6 +100,34 @@ def test_a_residual_add_from_outside_joins_the_epilogue():
     assert ctx.log.lines() == ["taken contraction_epilogue at conv (conv, residual, relu)"]
 
 
+OPERAND = """graph g(%x: f32[n,8], %w: f32[8,8], %r: f32[n,8]) -> (%y, %z) {
+  %q: f32[n,8] = Neg(%r) @neg
+  %m: f32[n,8] = MatMul(%x, %w) @mm
+  %a: f32[n,8] = Add(%m, %q) @add
+  %y: f32[n,8] = Relu(%a) @relu
+  %z: f32[n,8] = Tanh(%r) @other
+  return %y, %z
+}
+"""
+
+
+def test_an_epilogue_absorbs_the_one_input_producer_of_its_operand():
+    # (a quantized residual: the epilogue dequantizes the 8-bit tensor that the next layer reads too)
+    after, ctx = fuse(OPERAND)
+    assert group_summary(after) == [("mm/fused", "contraction+epilogue", ["mm", "neg", "add", "relu"])]
+    assert [v.name for v in after.nodes[0].inputs] == ["x", "w", "r"]
+    assert ctx.log.lines() == ["taken contraction_epilogue at mm (mm, add, relu)",
+                               "taken epilogue_operands at mm (neg, add, relu)"]
+
+
+def test_an_operand_producer_read_elsewhere_or_disabled_stays_out():
+    after, _ = fuse(OPERAND.replace("-> (%y, %z)", "-> (%y, %z, %q)").replace("return %y, %z", "return %y, %z, %q"))
+    assert group_summary(after) == [("mm/fused", "contraction+epilogue", ["mm", "add", "relu"])]
+    after, ctx = fuse(OPERAND, disabled=frozenset({"epilogue_operands"}))
+    assert group_summary(after) == [("mm/fused", "contraction+epilogue", ["mm", "add", "relu"])]
+    assert "refused epilogue_operands at mm: rule epilogue_operands is disabled" in ctx.log.lines()
+
+
 TWO_CONSUMERS = """graph g(%x: f32[n,8], %w: f32[8,4], %b: f32[4]) -> (%y, %t) {
   %m: f32[n,4] = MatMul(%x, %w) @mm
   %a: f32[n,4] = Add(%m, %b) @bias
@@ -332,7 +360,8 @@ def test_the_pass_reads_roles_and_names_no_op():
     source = inspect.getsource(fuse_groups_module)
     assert [op.name for op in all_ops() if f'"{op.name}"' in source] == []
     assert set(fuse_groups_module.anchor_rules) == {Role.CONTRACTION, Role.REDUCTION}
-    assert RULES == ("contraction_epilogue", "reduction_prologue", "reduction_epilogue", "elementwise_chain")
+    assert RULES == ("contraction_epilogue", "reduction_prologue", "reduction_epilogue", "epilogue_operands",
+                     "elementwise_chain")
 
 
 # --- the zoo -----------------------------------------------------------------------------
