@@ -121,7 +121,8 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
-from metadef.codegen.native_qgemm import _qconv, _qgemm, _qpack
+from metadef.codegen.native_qconv import _qconv, _qpack
+from metadef.codegen.native_qgemm import _qgemm
 from metadef.codegen.native_qpool import _qmaxpool
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d

@@ -27,7 +27,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from metadef.codegen.native_ir import I32, I64, PTR, _arg, _define, _loop, _share, _splat
-from metadef.codegen.native_qgemm import _intrinsic, lanes_between
+from metadef.codegen.native_qconv import lanes_between
+from metadef.codegen.native_qgemm import _intrinsic
 
 I8 = ir.IntType(8)
 

@@ -41,16 +41,8 @@ import numpy as np
 from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import (
-    MAX_DEPTH,
-    QGEMM_PANEL,
-    has_vnni,
-    pack_qgemm_weights,
-    qconv_dims,
-    qconv_units,
-    qgemm_dims,
-    qpack_dims,
-)
+from metadef.codegen.native_qconv import qconv_dims, qconv_units, qpack_dims
+from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
 from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
 from metadef.ops import infer_types

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import QGEMM_PANEL, qpack_dims
+from metadef.codegen.native_qconv import qpack_dims
+from metadef.codegen.native_qgemm import QGEMM_PANEL
 
 pytestmark = pytest.mark.jit
 
