@@ -27,7 +27,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_qgemm``: a quantized product (8-bit activations, constant int8 weights) on AVX512-VNNI's
   dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`); ``md_qconv`` the same for a
   quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it;
-  ``md_qmaxpool`` an 8-bit MaxPool (:mod:`.native_qpool`).
+  ``md_qconvt`` the same with the pixels as the tile's rows (small planes); ``md_qmaxpool`` an 8-bit
+  MaxPool (:mod:`.native_qpool`).
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
   same micro-kernel, each item's second operand packed on the stack (:mod:`.native_bmm`);
   ``md_softmax_rows`` the softmax between them, the mask added, which Softmax nodes over rows
@@ -121,7 +122,7 @@ from metadef.codegen.native_ir import (
     _share,
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
-from metadef.codegen.native_qconv import _qconv, _qpack
+from metadef.codegen.native_qconv import _qconv, _qconvt, _qpack
 from metadef.codegen.native_qgemm import _qgemm
 from metadef.codegen.native_qpool import _qmaxpool
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
@@ -431,6 +432,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_qgemm": _qgemm,
     "md_qconv": _qconv,
     "md_qpack": _qpack,
+    "md_qconvt": _qconvt,
     "md_qmaxpool": _qmaxpool,
     "md_bmm": _bmm,
     "md_softmax_rows": _softmax_rows,
@@ -448,7 +450,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qconv",
-                              "md_bmm", "md_depthwise",
+                              "md_qconvt", "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -476,8 +478,8 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 :mod:`.native_scatter` move an element or a slice at a time, their reductions' vectors written
 out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
-OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qconv", "md_conv1x1", "md_conv1x1t", "md_conv_direct",
-                               "md_bmm", "md_depthwise",
+OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qconv", "md_qconvt", "md_conv1x1", "md_conv1x1t",
+                               "md_conv_direct", "md_bmm", "md_depthwise",
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",
                                "md_winograd4_in", "md_winograd4_out"})

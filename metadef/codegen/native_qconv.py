@@ -24,6 +24,7 @@ from metadef.codegen.native_qgemm import (
     _depth_loop,
     _dot,
     _intrinsic,
+    _qtile,
     _Requantizer,
 )
 from metadef.codegen.native_tile import _row_tiles
@@ -275,6 +276,39 @@ def _qconv(module: ir.Module) -> None:
         _row_tiles(b, count, QGEMM_ROW_TILES, rows_from)
 
     _loop(b, first, last, unit)
+    b.ret_void()
+
+
+
+def _qconvt(module: ir.Module) -> None:
+    """``md_qconvt``: ``md_qconv`` with the pixels as the tile's rows (``md_qgemm``'s tile over
+    ``md_qpack``'s layout, 32 output channels a panel, stored transposed): a small plane (7 x 7
+    is 49 pixels, not two blocks of 32) wastes no lanes. Args as ``md_qconv``'s, but the weights
+    are ``md_qgemm``'s panels of ``[depth, rows]`` and ``corr`` / ``mult`` are padded to a
+    multiple of 32; tasks share the panels."""
+    tiles = {mr: _qtile(module, mr, transposed=True) for mr in QGEMM_ROW_TILES}
+    b, args, dims = _define(module, "md_qconvt")
+    xp, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QCONV_DIMS)}
+    rows, p, p32 = d["rows"], d["p"], d["p32"]
+    zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
+    steps = b.sdiv(b.add(d["depth"], I64(3)), I64(4))
+    step_bytes = b.mul(p32, I64(4))
+    first, last = _share(b, b.sdiv(b.add(rows, I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL)), d)
+
+    def panel(q: ir.Value) -> None:
+        j0 = b.mul(q, I64(QGEMM_PANEL))
+        wq = b.gep(w, [b.mul(q, b.mul(steps, I64(4 * QGEMM_PANEL)))], source_etype=I8)
+        cq, mq = b.gep(corr, [j0], source_etype=I32), _elem(b, mult, j0)
+
+        def pixels_from(r0: ir.Value, mr: int) -> None:
+            at = b.gep(y, [b.add(b.mul(j0, p), r0)], source_etype=I8)
+            b.call(tiles[mr], [b.gep(xp, [b.mul(r0, I64(4))], source_etype=I8), step_bytes, wq, steps, I64(0), cq, mq,
+                               at, p, b.sub(rows, j0), zy, lo, hi, I64(0)])
+
+        _row_tiles(b, p, QGEMM_ROW_TILES, pixels_from)
+
+    _loop(b, first, last, panel)
     b.ret_void()
 
 

@@ -178,14 +178,21 @@ class _Requantizer:
         self.whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
         self.masks = [b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
                       for h in range(2)]
+        self.lanes = [[b.icmp_signed("<", I64(16 * h + j), cols) for j in range(16)] for h in range(2)]
 
-    def store(self, acc: ir.Value, corr: ir.Value, mult: ir.Value, at: ir.Value, half: int) -> None:
+    def store(self, acc: ir.Value, corr: ir.Value, mult: ir.Value, at: ir.Value, half: int,
+              stride: ir.Value | None = None) -> None:
         b = self.b
         v = b.fmul(b.sitofp(b.add(acc, corr), V16F), mult)
         v = b.fadd(b.call(self.roundeven, [v]), self.zy)
         v = b.select(b.fcmp_ordered("<", v, self.lo), self.lo, v)
         v = b.select(b.fcmp_ordered(">", v, self.hi), self.hi, v)
         q = b.trunc(b.fptosi(v, V16I), V16B)
+        if stride is not None:  # (lane j to at + j * stride: a column of the output)
+            for j in range(16):
+                with b.if_then(self.lanes[half][j]):
+                    b.store(b.extract_element(q, I32(j)), b.gep(at, [b.mul(I64(j), stride)], source_etype=I8))
+            return
         with b.if_else(self.whole) as (full, part):
             with full:
                 b.store(q, at, align=1)
@@ -193,18 +200,24 @@ class _Requantizer:
                 b.call(self.masked, [q, at, I32(1), self.masks[half]])
 
 
-def _qtile(module: ir.Module, mr: int) -> ir.Function:
+def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
     """``tile(a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip)``: rows
     ``[0, mr)`` x the panel's 32 columns: ``steps`` full depth steps of 4, then (``tail`` > 0)
-    the last ``tail`` depths, requantized and stored (the first ``cols`` columns)."""
+    the last ``tail`` depths, requantized and stored (the first ``cols`` columns).
+
+    ``transposed`` (``md_qconvt``'s tile): ``a`` is ``md_qpack``'s layout, a row's 4 bytes of a
+    depth step at ``a + 4 r + s * lda``, and the tile is stored transposed, ``y[r, j]`` at
+    ``y + r + j * ldy``; no tail, no flip (``md_qpack`` pads the depth and flips the bytes)."""
     params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, F32, F32, F32, I64]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), f"md_qgemm_tile{mr}")
+    name = f"md_q{'convt' if transposed else 'gemm'}_tile{mr}"
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
-    a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip = fn.args
+    a, lda, w, steps, tail, _, _, _, _, _, _, _, _, flip = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     dot = _dot(module)
-    rows = [b.gep(a, [b.mul(I64(r), lda)], source_etype=I8) for r in range(mr)]
+    rows = [b.gep(a, [b.mul(I64(r), I64(4) if transposed else lda)], source_etype=I8) for r in range(mr)]
+    step_bytes = lda if transposed else I64(4)
 
     def word_at(r: int, offset: ir.Value) -> ir.Value:
         at = b.gep(rows[r], [offset], source_etype=I8)
@@ -216,7 +229,7 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
             halves = [b.load(b.gep(panel, [I64(64 * h)], source_etype=I8), typ=V16I, align=64) for h in range(2)]
             new = []
             for r in range(mr):
-                word = word_at(r, b.mul(s, I64(4)))
+                word = word_at(r, b.mul(s, step_bytes))
                 if flipped:
                     word = b.xor(word, I32(-0x7F7F7F80))  # 0x80808080
                 v = _splat(b, word, 16)
@@ -225,7 +238,8 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
 
         return _depth_loop(b, steps, 2 * mr, step)
 
-    pre = b.block
+    if transposed:
+        return _stored(module, b, fn, depth_loop(False), mr, transposed)
     then, other, joined = (b.append_basic_block(n) for n in ("signed", "unsigned", "summed"))
     b.cbranch(b.icmp_signed("!=", flip, I64(0)), then, other)
     sums: list[list[ir.Value]] = []
@@ -242,7 +256,6 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
         for got, end in zip(sums, ends):
             phi.add_incoming(got[i], end)
         accs.append(phi)
-    del pre
 
     # the last depths: the 4 bytes ending the row, shifted down (the packed weights past k are 0)
     before = b.block
@@ -264,13 +277,24 @@ def _qtile(module: ir.Module, mr: int) -> ir.Function:
         phi.add_incoming(acc, before)
         phi.add_incoming(value, inside)
         final.append(phi)
+    return _stored(module, b, fn, final, mr, transposed)
 
+
+def _stored(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int,
+            transposed: bool) -> ir.Function:
+    """The tile's requantizing stores (see :func:`_qtile`), and its return."""
+    corr, mult, y, ldy, cols, zy, lo, hi = fn.args[5:13]
     out = _Requantizer(module, b, zy, lo, hi, cols)
     for h in range(2):
         c = b.load(b.gep(corr, [I64(16 * h)], source_etype=I32), typ=V16I, align=4)
         f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
         for r in range(mr):
-            out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8), h)
+            if transposed:
+                at = b.gep(y, [b.add(I64(r), b.mul(I64(16 * h), ldy))], source_etype=I8)
+                out.store(final[2 * r + h], c, f, at, h, stride=ldy)
+            else:
+                out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8),
+                          h)
     b.ret_void()
     return fn
 

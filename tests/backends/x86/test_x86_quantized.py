@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import metadef as md
+from metadef.backends.x86.quantized import pixel_rows
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qgemm import QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
 from metadef.ir import GraphBuilder
@@ -204,6 +205,9 @@ def _qconv_graph(x_shape: tuple[int, ...], x_dtype: type, k: int, kernel: tuple[
     ((1, 5, 6, 6), 70, (1, 1), {"strides": [2, 2]}),
     ((1, 6, 40, 40), 9, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
     ((1, 4, 12, 12), 5, (3, 3), {"strides": [3, 3]}),
+    ((2, 16, 7, 7), 64, (3, 3), {"pads": [1, 1, 1, 1]}),                      # md_qconvt: a 7x7 plane
+    ((1, 8, 14, 13), 56, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # md_qconvt: 7x7, a part panel
+    ((1, 24, 5, 5), 96, (1, 1), {}),
 ])
 @pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
 def test_qlinear_conv_runs_as_md_qconv_bit_for_bit(x_shape: tuple[int, ...], k: int, kernel: tuple[int, int],
@@ -212,7 +216,8 @@ def test_qlinear_conv_runs_as_md_qconv_bit_for_bit(x_shape: tuple[int, ...], k: 
     want = next(iter(md.compile(graph, target="reference").run({"x": x}).values()))
     for threads in (1, 2):
         sess = md.compile(graph, target="x86", cache=False, threads=threads)
-        assert sess.executable.plan[0].reason.startswith("md_qconv")
+        reason = sess.executable.plan[0].reason
+        assert reason.startswith("md_qconvt" if pixel_rows(k, want.shape[2] * want.shape[3]) else "md_qconv ")
         np.testing.assert_array_equal(next(iter(sess.run({"x": x}).values())), want)
     np.testing.assert_array_equal(sess.executable.run_steps({"x": x}, {"n": x_shape[0]})[0], want)
     assert len(np.unique(want)) > 20
