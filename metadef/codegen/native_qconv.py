@@ -234,13 +234,13 @@ def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
             new += [b.call(dot, [accs[2 * r + h], halves[h], v]) for h in range(2)]
         return new
 
-    final = _depth_loop(b, steps, 2 * mr, step)
+    start = [_splat(b, b.load(b.gep(corr, [I64(r)], source_etype=I32), typ=I32), 16) for r in range(mr) for _ in "ab"]
+    final = _depth_loop(b, steps, start, step)
     out = _Requantizer(module, b, zy, lo, hi, cols)
     for r in range(mr):
-        c = _splat(b, b.load(b.gep(corr, [I64(r)], source_etype=I32), typ=I32), 16)
         f = _splat(b, b.load(b.gep(mult, [I64(r)], source_etype=F32), typ=F32), 16)
         for h in range(2):
-            out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I8), h)
+            out.store(final[2 * r + h], f, b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I8), h)
     b.ret_void()
     return fn
 

@@ -132,11 +132,11 @@ def _intrinsic(module: ir.Module, name: str, typ: ir.FunctionType) -> ir.Functio
     return found if found is not None else ir.Function(module, typ, name)
 
 
-def _depth_loop(b: ir.IRBuilder, steps: ir.Value, count: int,
+def _depth_loop(b: ir.IRBuilder, steps: ir.Value, start: list[ir.Value],
                 step: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """``count`` int32 accumulators (16 lanes) from zero over depth steps ``[0, steps)``:
-    ``step(s, accs)`` gives their next values (zeros when there are no steps)."""
-    zero = ir.Constant(V16I, [0] * 16)
+    """int32 accumulators (16 lanes) from ``start`` (the correction: no add in the stores) over
+    depth steps ``[0, steps)``: ``step(s, accs)`` gives their next values."""
+    count = len(start)
     pre = b.block
     head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
     b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
@@ -144,8 +144,8 @@ def _depth_loop(b: ir.IRBuilder, steps: ir.Value, count: int,
     s = b.phi(I64)
     s.add_incoming(I64(0), pre)
     accs = [b.phi(V16I) for _ in range(count)]
-    for acc in accs:
-        acc.add_incoming(zero, pre)
+    for acc, first in zip(accs, start):
+        acc.add_incoming(first, pre)
     new = step(s, list(accs))
     nxt = b.add(s, I64(1))
     s.add_incoming(nxt, b.block)
@@ -155,39 +155,41 @@ def _depth_loop(b: ir.IRBuilder, steps: ir.Value, count: int,
     b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
     b.position_at_end(after)
     out = []
-    for value in new:
+    for value, first in zip(new, start):
         merged = b.phi(V16I)
-        merged.add_incoming(zero, pre)
+        merged.add_incoming(first, pre)
         merged.add_incoming(value, latch)
         out.append(merged)
     return out
 
 
 class _Requantizer:
-    """The stores of a tile: ``clip(rint(float32(acc + corr) * mult) + zy, lo, hi)`` as bytes,
+    """The stores of a tile: ``clip(rint(float32(acc) * mult) + zy, lo, hi)`` as bytes (``acc``
+    began at the correction; ``rint`` in the default rounding mode, to nearest even),
     16 lanes at a time, the last panel's or block's under a mask of its ``cols``."""
 
     def __init__(self, module: ir.Module, b: ir.IRBuilder, zy: ir.Value, lo: ir.Value, hi: ir.Value,
                  cols: ir.Value) -> None:
         self.b = b
-        self.roundeven = _intrinsic(module, "llvm.roundeven.v16f32", ir.FunctionType(V16F, [V16F]))
+        self.rint = _intrinsic(module, "llvm.lrint.v16i32.v16f32", ir.FunctionType(V16I, [V16F]))
         self.masked = _intrinsic(module, "llvm.masked.store.v16i8.p0",
                                  ir.FunctionType(ir.VoidType(), [V16B, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
-        self.zy, self.lo, self.hi = (_splat(b, v, 16) for v in (zy, lo, hi))
+        # clip(rint(v) + zy, lo, hi) as rint(clip(v, lo - zy, hi - zy)) + zy (the bounds are whole
+        # numbers): one conversion to int32, and no value too large to convert
+        self.zy = _splat(b, b.fptosi(zy, I32), 16)
+        self.lo, self.hi = (_splat(b, b.fsub(v, zy), 16) for v in (lo, hi))
         lanes = ir.Constant(V16I, list(range(16)))
         self.whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
         self.masks = [b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
                       for h in range(2)]
         self.lanes = [[b.icmp_signed("<", I64(16 * h + j), cols) for j in range(16)] for h in range(2)]
 
-    def store(self, acc: ir.Value, corr: ir.Value, mult: ir.Value, at: ir.Value, half: int,
-              stride: ir.Value | None = None) -> None:
+    def store(self, acc: ir.Value, mult: ir.Value, at: ir.Value, half: int, stride: ir.Value | None = None) -> None:
         b = self.b
-        v = b.fmul(b.sitofp(b.add(acc, corr), V16F), mult)
-        v = b.fadd(b.call(self.roundeven, [v]), self.zy)
+        v = b.fmul(b.sitofp(acc, V16F), mult)
         v = b.select(b.fcmp_ordered("<", v, self.lo), self.lo, v)
         v = b.select(b.fcmp_ordered(">", v, self.hi), self.hi, v)
-        q = b.trunc(b.fptosi(v, V16I), V16B)
+        q = b.trunc(b.add(b.call(self.rint, [v]), self.zy), V16B)
         if stride is not None:  # (lane j to at + j * stride: a column of the output)
             for j in range(16):
                 with b.if_then(self.lanes[half][j]):
@@ -223,6 +225,9 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
         at = b.gep(rows[r], [offset], source_etype=I8)
         return b.load(at, typ=I32, align=1)
 
+    corr = fn.args[5]
+    start = [b.load(b.gep(corr, [I64(16 * h)], source_etype=I32), typ=V16I, align=4) for h in range(2)] * mr
+
     def depth_loop(flipped: bool) -> list[ir.Value]:
         def step(s: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             panel = b.gep(w, [b.mul(s, I64(4 * QGEMM_PANEL))], source_etype=I8)
@@ -236,7 +241,7 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
                 new += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
             return new
 
-        return _depth_loop(b, steps, 2 * mr, step)
+        return _depth_loop(b, steps, start, step)
 
     if transposed:
         return _stored(module, b, fn, depth_loop(False), mr, transposed)
@@ -283,18 +288,16 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
 def _stored(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int,
             transposed: bool) -> ir.Function:
     """The tile's requantizing stores (see :func:`_qtile`), and its return."""
-    corr, mult, y, ldy, cols, zy, lo, hi = fn.args[5:13]
+    mult, y, ldy, cols, zy, lo, hi = fn.args[6:13]
     out = _Requantizer(module, b, zy, lo, hi, cols)
     for h in range(2):
-        c = b.load(b.gep(corr, [I64(16 * h)], source_etype=I32), typ=V16I, align=4)
         f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
         for r in range(mr):
             if transposed:
                 at = b.gep(y, [b.add(I64(r), b.mul(I64(16 * h), ldy))], source_etype=I8)
-                out.store(final[2 * r + h], c, f, at, h, stride=ldy)
+                out.store(final[2 * r + h], f, at, h, stride=ldy)
             else:
-                out.store(final[2 * r + h], c, f, b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8),
-                          h)
+                out.store(final[2 * r + h], f, b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=I8), h)
     b.ret_void()
     return fn
 
