@@ -19,6 +19,12 @@ weights into float32 ones.
 - ``recognize_qgemm``: the same around ``Gemm`` (``transA`` 0, ``beta`` 1, its bias int32 at
   ``a_scale * w_scale``) -> ONNX Runtime's ``com.microsoft::QGemm`` (PyTorch exports a Linear
   layer on 2-D inputs as Gemm).
+- ``recognize_matmul_integer_to_float``: ``Mul(Cast(MatMulInteger(a, W, za, zw)), Mul(a_scale,
+  w_scale))`` with constant 8-bit ``W`` (what ``quantize_dynamic`` writes after each
+  ``DynamicQuantizeLinear``; ``a_scale`` and ``za`` are computed at run time) -> ONNX Runtime's
+  ``com.microsoft::MatMulIntegerToFloat``, and an ``Add`` of a constant bias a column after it
+  into its ``bias`` (as ONNX Runtime's own fusion does). Exact: the same int32 sum, scaled and
+  biased in the same float32 steps.
 - ``drop_qdq_around_moves``: ``QuantizeLinear(M(DequantizeLinear(x), ...))`` where ``M`` only
   moves or selects values (MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather,
   Slice, Expand, DepthToSpace, SpaceToDepth, a nearest Resize) and both sides have the same
@@ -153,6 +159,43 @@ def _qgemm(m: Match, ed: GraphEditor) -> Built:
     return emit(m, ed, "QGemm", inputs, attrs, domain="com.microsoft")
 
 
+def _integer_to_float(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed, shared=("scales",))
+    if refusal is not None:
+        return refusal
+    w, sw = np.asarray(m.value("w").const), np.asarray(m.value("sw").const)
+    if w.ndim != 2 or w.dtype not in (np.int8, np.uint8):
+        return Refusal(f"the weights are {w.dtype}[{', '.join(map(str, w.shape))}], not 2-D 8-bit")
+    n = w.shape[1]
+    zw = np.asarray(m.value("zw").const) if m.has("zw") else None
+    if sw.dtype != np.float32 or sw.size not in (1, n) or sw.ndim > 1 or (zw is not None and zw.size not in (1, n)):
+        return Refusal("the weights' scale or zero point is not one value or one a column")
+    sa = m.value("sa").type
+    if sa is None or sa.dtype.numpy != np.float32 or sa.shape is None or any(d != 1 for d in sa.shape):
+        return Refusal("the activations' scale is not one float32 value")
+    za = m.value("za") if m.has("za") else None
+    if za is not None and (za.type is None or za.type.shape is None or any(d != 1 for d in za.type.shape)):
+        return Refusal("the activations' zero point is not one value (per tensor)")
+    inputs = [m.value(x) for x in ("a", "w", "sa", "sw")] + [za, m.value("zw") if m.has("zw") else None]
+    while inputs[-1] is None:
+        inputs.pop()
+    return emit(m, ed, "MatMulIntegerToFloat", inputs, domain="com.microsoft")
+
+
+def _float_bias(m: Match, ed: GraphEditor) -> Built:
+    refusal = escaping(m, ed)
+    if refusal is not None:
+        return refusal
+    product, bias = m.node("product"), np.asarray(m.value("bias").const)
+    y = product.outputs[0].type
+    if len(product.inputs) > 6 and product.inputs[6] is not None:
+        return None
+    if y is None or y.shape is None or not y.shape or bias.dtype != np.float32 or bias.shape != (y.shape[-1],):
+        return Refusal(f"the bias {bias.dtype}[{', '.join(map(str, bias.shape))}] is not float32, one a column")
+    inputs = list(product.inputs) + [None] * (6 - len(product.inputs))
+    return emit(m, ed, "MatMulIntegerToFloat", [*inputs, m.value("bias")], domain="com.microsoft")
+
+
 def _moved(m: Match, ed: GraphEditor) -> Built:
     refusal = escaping(m, ed, shared=("dq_a",))
     if refusal is not None:
@@ -187,6 +230,14 @@ def _quantized(inner: Pattern) -> Pattern:
               attrs={"block_size": 0, "precision": 0})
 
 
+_SCALES = op("Mul", var("sa"), const("sw"), name="scales", commutative=True)
+
+
+def _scaled(*operands: Pattern) -> Pattern:
+    product = op("MatMulInteger", var("a"), const("w"), *operands, name="mmi")
+    return op("Mul", op("Cast", product, name="cast", attrs={"to": 1}), _SCALES, name="mul", commutative=True)
+
+
 quantized_rules = [
     Rule("recognize_qlinear_matmul",
          op("QuantizeLinear", op("MatMul", _DQ_A, _DQ_W, name="matmul"), const("sy", where=_one),
@@ -198,6 +249,13 @@ quantized_rules = [
     *(Rule("recognize_qlinear_conv", _quantized(op("Conv", *operands, name="conv")), _qlinear_conv,
            doc="QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(W), DequantizeLinear(B))) -> QLinearConv")
       for operands in ((_DQ_A, _DQ_CW, _DQ_B), (_DQ_A, _DQ_CW))),
+    *(Rule("recognize_matmul_integer_to_float", _scaled(*operands), _integer_to_float,
+           doc="Mul(Cast(MatMulInteger(a, W, za, zw)), Mul(a_scale, w_scale)) -> MatMulIntegerToFloat")
+      for operands in ((var("za"), const("zw")), (var("za"),), ())),
+    Rule("recognize_matmul_integer_to_float",
+         op("Add", op("MatMulIntegerToFloat", name="product", domain="com.microsoft"), const("bias"), name="add",
+            commutative=True),
+         _float_bias, doc="Add(MatMulIntegerToFloat(...), bias) -> MatMulIntegerToFloat(..., bias)"),
     *(Rule("drop_qdq_around_moves", _quantized(op(move, _DQ_A, *(var() for _ in range(rest)), name="move")), _moved,
            doc="QuantizeLinear(M(DequantizeLinear(x), ...)) at one scale -> M(x, ...), M only moving values")
       for move, counts in _MOVES.items() for rest in counts),

@@ -199,3 +199,66 @@ def test_a_move_that_requantizes_keeps_its_qdq_with_the_reason(scale: float, zer
     new = recognize_quantized(graph, PassContext(log=log))
     assert [n.op for n in new.nodes] == ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
     assert f"refused drop_qdq_around_moves at QuantizeLinear_2: {reason}" in log.lines(), log.lines()
+
+
+def _dynamic(n: int = 24, *, w_dtype: type = np.int8, sw: np.ndarray | None = None, bias: bool = True,
+             zero_points: int = 2, extra_use: bool = False, bias_shape: tuple[int, ...] | None = None,
+             batched: bool = False) -> Graph:
+    """What ``quantize_dynamic`` writes for a linear layer: ``DynamicQuantizeLinear(x)``, then
+    ``Mul(Cast(MatMulInteger(xq, W, xz, wz)), Mul(x_scale, w_scale))`` and a bias ``Add``."""
+    b = GraphBuilder("g")
+    c = b.const
+    x = b.input("x", parse_type("f32[m,48]"))
+    xq, xs, xz = b.node("DynamicQuantizeLinear", [x], name="dql")
+    info = np.iinfo(w_dtype)
+    w = RNG.integers(info.min, int(info.max) + 1, (2, 48, n) if batched else (48, n)).astype(w_dtype)
+    scale = np.asarray(RNG.uniform(0.001, 0.01, n), np.float32) if sw is None else sw
+    operands = [xq, c("w", w), xz, c("wz", np.zeros(np.shape(scale), w_dtype))][:2 + zero_points]
+    acc, = b.node("MatMulInteger", operands, name="mmi")
+    f, = b.node("Cast", [acc], {"to": 1}, name="cast")
+    s, = b.node("Mul", [xs, c("sw", scale)], name="scales")
+    y, = b.node("Mul", [f, s], name="mul")
+    if extra_use:
+        b.output(f)
+    if bias:
+        y, = b.node("Add", [c("bias", RNG.standard_normal(bias_shape or (n,)).astype(np.float32)), y], name="add")
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("case", [{}, {"bias": False}, {"zero_points": 1}, {"zero_points": 0},
+                                  {"sw": np.float32(0.003)}])
+def test_quantize_dynamics_layer_becomes_matmul_integer_to_float_exactly(case: dict) -> None:
+    graph = _dynamic(**case)
+    new = recognize_quantized(graph, PassContext())
+    new = md.optimize(new, level="safe")  # (the dead scale product goes)
+    assert [n.op for n in new.nodes] == ["DynamicQuantizeLinear", "MatMulIntegerToFloat"]
+    assert (len(new.nodes[1].inputs) == 7) == case.get("bias", True)
+    for m in (1, 5):
+        feeds = {"x": RNG.standard_normal((m, 48)).astype(np.float32) * 3}
+        want = md.compile(graph, target="reference").run(feeds)
+        got = md.compile(new, target="reference").run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_matmul_integer_to_float_is_recognized_at_moderate_and_can_be_disabled() -> None:
+    graph = _dynamic()
+    ops = [n.op for n in md.optimize(graph, level="moderate").nodes]
+    assert "MatMulIntegerToFloat" in ops and "MatMulInteger" not in ops
+    kept = md.optimize(graph, level="moderate", disable_rules=["recognize_matmul_integer_to_float"])
+    assert "MatMulIntegerToFloat" not in [n.op for n in kept.nodes]
+
+
+@pytest.mark.parametrize("case,reason", [
+    ({"batched": True, "sw": np.float32(0.01)}, "not 2-D 8-bit"),
+    ({"extra_use": True}, "consumers"),
+    ({"bias_shape": (1, 24)}, "is not float32, one a column"),
+])
+def test_what_is_not_a_dynamic_layer_stays_with_the_reason(case: dict, reason: str) -> None:
+    log = DecisionLog()
+    new = md.optimize(_dynamic(**case), level="moderate", log=log)
+    refused = [line for line in log.lines() if line.startswith("refused recognize_matmul_integer_to_float")]
+    assert refused and reason in refused[0], log.lines()
+    ops = [n.op for n in new.nodes]
+    assert ("MatMulIntegerToFloat" in ops) == ("bias_shape" in case)  # (an odd bias stays an Add after it)

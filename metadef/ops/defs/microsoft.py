@@ -10,7 +10,9 @@ expression unless a ``transBatch`` flag moves the batch axes (then a numpy refer
 subset (masks given as 2-D ``[batch, total_seq]`` 0/1 or 1-D ``[batch]`` lengths,
 ``unidirectional``, ``scale``, ``qkv_hidden_sizes``, ``past``/``present``) and refuses the
 rest by name. ``QGemm`` is ORT's quantized Gemm (what its quantizer writes in QOperator form,
-and what :mod:`metadef.passes.recognize_quantized` makes of a QDQ Gemm), with a numpy reference.
+and what :mod:`metadef.passes.recognize_quantized` makes of a QDQ Gemm), with a numpy reference;
+``MatMulIntegerToFloat`` is ORT's integer MatMul scaled to float32 (what the same pass makes of
+``quantize_dynamic``'s ``MatMulInteger -> Cast -> Mul``), with a numpy reference.
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -33,7 +35,7 @@ import numpy as np
 
 from metadef.core.dtypes import FLOAT32, UINT8
 from metadef.core.errors import UnsupportedOpError
-from metadef.ops.defs.quantized import integer_matmul, saturation
+from metadef.ops.defs.quantized import integer_matmul, matmul_rule, saturation
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, float_, int_, ints
 from metadef.ops.metaop import SAME_AS_FIRST, metaop
@@ -368,5 +370,56 @@ QGemm = metaop(
 )
 
 
-__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "QGemm", "QuickGelu",
-           "SkipLayerNormalization"]
+# ------------------------------------------- MatMulIntegerToFloat (ONNX Runtime's contrib op)
+
+
+def matmul_integer_to_float_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    """ONNX Runtime's ``com.microsoft::MatMulIntegerToFloat`` in numpy: ``(A - a_zero_point) @
+    (B - b_zero_point)`` in int32, times ``a_scale * b_scale`` (float32, ``b_scale`` and
+    ``b_zero_point`` per column or per tensor), plus ``bias``: what ``quantize_dynamic``'s
+    ``MatMulInteger -> Cast -> Mul(a_scale * b_scale) (-> Add(bias))`` computes, rounded the same.
+
+    Example:
+        >>> a, b = np.array([[1, 2]], np.uint8), np.array([[3], [4]], np.int8)
+        >>> matmul_integer_to_float_reference([a, b, np.float32(0.5), np.float32(2), np.uint8(1), None,
+        ...                                     np.array([0.25], np.float32)], {}).tolist()
+        [[4.25]]
+    """
+    padded = list(inputs) + [None] * (7 - len(inputs))
+    a, b, sa, sb, za, zb, bias = padded[:7]
+    acc = integer_matmul(np.asarray(a), np.asarray(b), za, zb)
+    scale = np.asarray(sa, np.float32).reshape(()) * np.asarray(sb, np.float32).reshape(-1 if np.size(sb) > 1 else ())
+    y = (acc.astype(np.float32) * scale).astype(np.float32)
+    return y if bias is None else (y + np.asarray(bias, np.float32)).astype(np.float32)
+
+
+def _matmul_integer_to_float_rule(ctx: InferContext) -> list[Any]:
+    shape = matmul_rule(ctx, 0, 1)
+    tb = ctx.inputs[1]
+    n = None if tb.shape is None or len(tb.shape) < 2 else tb.shape[-1]
+    for i, what in ((2, "a_scale"), (4, "a_zero_point")):
+        t = ctx.inputs[i] if ctx.has(i) else None
+        if t is not None and t.shape is not None and any(d != 1 for d in t.shape):
+            ctx.fail(f"{what} must hold one value (per tensor), got shape {list(t.shape)}")
+    for i, what in ((3, "b_scale"), (5, "b_zero_point"), (6, "bias")):
+        t = ctx.inputs[i] if ctx.has(i) else None
+        if t is None or t.shape is None:
+            continue
+        if len(t.shape) > 1 or (t.shape and isinstance(n, int) and t.shape[0] not in (1, n)):
+            ctx.fail(f"{what} must be one value or one per column of B ({n}), got shape {list(t.shape)}")
+    return [TensorType(FLOAT32, shape)]
+
+
+MatMulIntegerToFloat = metaop(
+    "MatMulIntegerToFloat", domain=DOMAIN,
+    inputs=("A: T1", "B: T2", "a_scale: float32", "b_scale: float32", "a_zero_point?: T1", "b_zero_point?: T2",
+            "bias?: float32"),
+    outputs=("Y: float32",), types="T1 in {int8, uint8}; T2 in {int8, uint8}",
+    rule=_matmul_integer_to_float_rule, reference=matmul_integer_to_float_reference, role=Role.CONTRACTION,
+    since=(1,),
+    doc="ONNX Runtime's integer MatMul scaled to float32: (A - za) @ (B - zb) * a_scale * b_scale + bias.",
+)
+
+
+__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "MatMulIntegerToFloat", "QGemm",
+           "QuickGelu", "SkipLayerNormalization", "matmul_integer_to_float_reference"]

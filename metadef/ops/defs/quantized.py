@@ -336,7 +336,7 @@ DynamicQuantizeLinear = metaop(
 # ----------------------------------------------------------------- integer MatMul
 
 
-def _matmul_rule(ctx: InferContext, a: int, b: int) -> tuple[Dim, ...] | None:
+def matmul_rule(ctx: InferContext, a: int, b: int) -> tuple[Dim, ...] | None:
     """The MatMul shape of inputs ``a`` and ``b`` (their dtypes may differ)."""
     if not ctx.has(a) or not ctx.has(b):
         ctx.fail("both matrix operands are required")
@@ -406,7 +406,7 @@ def _matmul_integer_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.nd
 
 
 def _matmul_integer_rule(ctx: InferContext) -> list[Any]:
-    return [_matmul_rule(ctx, 0, 1)]
+    return [matmul_rule(ctx, 0, 1)]
 
 
 MatMulInteger = metaop(
@@ -464,7 +464,7 @@ def qlinear_matmul_reference(inputs: Arrays, attrs: Mapping[str, Any]) -> np.nda
 
 
 def _qlinear_matmul_rule(ctx: InferContext) -> list[Any]:
-    return [_matmul_rule(ctx, 0, 3)]
+    return [matmul_rule(ctx, 0, 3)]
 
 
 QLinearMatMul = metaop(

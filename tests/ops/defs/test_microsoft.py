@@ -173,3 +173,40 @@ def test_no_onnx_node_tests_for_contrib_ops() -> None:
     report = run_cases(op=["FusedMatMul", "SkipLayerNormalization", "QuickGelu",
                            "FastGelu", "BiasGelu"])
     assert not report.failures()
+
+
+# ----------------------------------------------------------------- MatMulIntegerToFloat
+
+
+def test_matmul_integer_to_float_shapes_and_errors() -> None:
+    assert infer("MatMulIntegerToFloat", ["u8[b,s,64]", "i8[64,32]", "f32[]", "f32[32]", "u8[]"]) == ["f32[b,s,32]"]
+    assert infer("MatMulIntegerToFloat", ["i8[m,8]", "i8[8,4]", "f32[]", "f32[]", None, "i8[4]", "f32[4]"]) \
+        == ["f32[m,4]"]
+    with pytest.raises(ShapeError, match=r"b_scale must be one value or one per column of B \(32\), got shape \[16\]"):
+        infer("MatMulIntegerToFloat", ["u8[b,64]", "i8[64,32]", "f32[]", "f32[16]"])
+    with pytest.raises(ShapeError, match=r"a_scale must hold one value \(per tensor\), got shape \[3\]"):
+        infer("MatMulIntegerToFloat", ["u8[b,64]", "i8[64,32]", "f32[3]", "f32[]"])
+
+
+@pytest.mark.parametrize(("a_dtype", "per_column", "zero_points", "bias"), [
+    (np.uint8, False, True, True), (np.uint8, True, True, False), (np.int8, True, False, True),
+    (np.uint8, True, False, False),
+])
+def test_matmul_integer_to_float_is_onnxruntimes(a_dtype: type, per_column: bool, zero_points: bool,
+                                                 bias: bool) -> None:
+    info = np.iinfo(a_dtype)
+    feeds = {"a": RNG.integers(info.min, info.max + 1, (2, 5, 40)).astype(a_dtype),
+             "b": RNG.integers(-128, 128, (40, 24)).astype(np.int8),
+             "sa": np.array(0.0173, np.float32),
+             "sb": np.asarray(RNG.random(24 if per_column else ()) * 0.01 + 1e-3, np.float32)}
+    names = ["a", "b", "sa", "sb", "", "", ""]
+    if zero_points:
+        feeds["za"] = np.array(131 if a_dtype == np.uint8 else -7, a_dtype)
+        feeds["zb"] = np.zeros(24 if per_column else (), np.int8)
+        names[4:6] = ["za", "zb"]
+    if bias:
+        feeds["bias"] = rand(24)
+        names[6] = "bias"
+    while not names[-1]:
+        names.pop()
+    check_model(ms_model("MatMulIntegerToFloat", feeds, names), feeds, rtol=0, atol=0)
