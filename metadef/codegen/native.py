@@ -25,7 +25,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_gemm``: a product with constant weights, ``act(X W + bias)``, by the same micro-kernel
   (for few rows: a batch-8 linear layer), weights packed once.
 - ``md_qgemm``: a quantized product (8-bit activations, constant int8 weights) on AVX512-VNNI's
-  dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`); ``md_qconv`` the same for a
+  dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`; ``md_qgemmf`` the same
+  scaled to float32, a run-time ``a_scale`` and zero point: ``MatMulIntegerToFloat``); ``md_qconv`` the same for a
   quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it;
   ``md_qconvt`` the same with the pixels as the tile's rows (small planes); ``md_qmaxpool`` an 8-bit
   MaxPool (:mod:`.native_qpool`).
@@ -123,7 +124,7 @@ from metadef.codegen.native_ir import (
 )
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
 from metadef.codegen.native_qconv import _qconv, _qconvt, _qpack
-from metadef.codegen.native_qgemm import _qgemm
+from metadef.codegen.native_qgemm import _qgemm, _qgemmf
 from metadef.codegen.native_qpool import _qmaxpool
 from metadef.codegen.native_recurrent import CELL_ROUTINES, _recurrent_cell
 from metadef.codegen.native_resize import _resize2d
@@ -430,6 +431,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_transpose": _transpose,
     "md_gemm": _gemm,
     "md_qgemm": _qgemm,
+    "md_qgemmf": _qgemmf,
     "md_qconv": _qconv,
     "md_qpack": _qpack,
     "md_qconvt": _qconvt,
@@ -449,8 +451,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_run_tasks": _pool_module,
 }
 
-UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qconv",
-                              "md_qconvt", "md_bmm", "md_depthwise",
+UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qgemmf",
+                              "md_qconv", "md_qconvt", "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -478,8 +480,8 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 :mod:`.native_scatter` move an element or a slice at a time, their reductions' vectors written
 out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
-OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qconv", "md_qconvt", "md_conv1x1", "md_conv1x1t",
-                               "md_conv_direct", "md_bmm", "md_depthwise",
+OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qgemmf", "md_qconv", "md_qconvt", "md_conv1x1",
+                               "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",
                                "md_winograd4_in", "md_winograd4_out"})

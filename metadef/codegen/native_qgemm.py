@@ -59,6 +59,12 @@ corr (int32) [ceil(n/32)*32], mult (float32) [ceil(n/32)*32], y [m, n] (8-bit, r
 ``zy``, ``lo``, ``hi``: float32 bits (the output's zero point and saturation range); ``flip``:
 1 where ``a`` is int8."""
 
+QGEMMF_DIMS = ("m", "n", "k", "lda", "ldy", "lo", "hi", "flip", "task", "tasks")
+"""The dims of ``md_qgemmf`` (float32 output): args are ``[a [m, k] (8-bit, rows lda bytes apart),
+packed weights, base (int32), colsum (int32), w_scale (float32), bias (float32) (these four
+[ceil(n/32)*32]), a_scale (float32 [1]), a_zero_point (8-bit [1]), y [m, n] (float32, rows ldy
+floats apart)]``; ``lo``, ``hi``: float32 bits (a clip); ``flip``: 1 where ``a`` is int8."""
+
 QGEMM_PANEL = 32
 """The columns of a weight panel (and of the tile): two 512-bit registers of int32 sums."""
 
@@ -119,6 +125,20 @@ def qgemm_dims(m: int, n: int, k: int, *, lo: float, hi: float, zy: float = 0.0,
     values = {"m": m, "n": n, "k": k, "lda": k if lda is None else lda, "ldy": n if ldy is None else ldy,
               "zy": _bits(zy), "lo": _bits(lo), "hi": _bits(hi), "flip": int(flip), "task": task, "tasks": tasks}
     return tuple(values[d] for d in QGEMM_DIMS)
+
+
+def qgemmf_dims(m: int, n: int, k: int, *, lo: float = -np.inf, hi: float = np.inf, lda: int | None = None,
+                ldy: int | None = None, flip: bool = False, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_qgemmf`` call (see :data:`QGEMMF_DIMS`; ``lda`` defaults to ``k``,
+    ``ldy`` to ``n``).
+
+    Example:
+        >>> qgemmf_dims(128, 768, 768)[:5]
+        (128, 768, 768, 768, 768)
+    """
+    values = {"m": m, "n": n, "k": k, "lda": k if lda is None else lda, "ldy": n if ldy is None else ldy,
+              "lo": _bits(lo), "hi": _bits(hi), "flip": int(flip), "task": task, "tasks": tasks}
+    return tuple(values[d] for d in QGEMMF_DIMS)
 
 
 def _dot(module: ir.Module) -> ir.Function:
@@ -202,16 +222,19 @@ class _Requantizer:
                 b.call(self.masked, [q, at, I32(1), self.masks[half]])
 
 
-def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
+def _qtile(module: ir.Module, mr: int, transposed: bool = False, floats: bool = False) -> ir.Function:
     """``tile(a, lda, w, steps, tail, corr, mult, y, ldy, cols, zy, lo, hi, flip)``: rows
     ``[0, mr)`` x the panel's 32 columns: ``steps`` full depth steps of 4, then (``tail`` > 0)
     the last ``tail`` depths, requantized and stored (the first ``cols`` columns).
 
+    ``floats`` (``md_qgemmf``'s tile): ``zy`` is a pointer to the panel's 32 float32 biases and
+    the stores are ``clip(float32(acc) * mult + bias, lo, hi)`` in float32 (``ldy`` in floats).
+
     ``transposed`` (``md_qconvt``'s tile): ``a`` is ``md_qpack``'s layout, a row's 4 bytes of a
     depth step at ``a + 4 r + s * lda``, and the tile is stored transposed, ``y[r, j]`` at
     ``y + r + j * ldy``; no tail, no flip (``md_qpack`` pads the depth and flips the bytes)."""
-    params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, F32, F32, F32, I64]
-    name = f"md_q{'convt' if transposed else 'gemm'}_tile{mr}"
+    params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, PTR if floats else F32, F32, F32, I64]
+    name = f"md_q{'convt' if transposed else 'gemmf' if floats else 'gemm'}_tile{mr}"
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
@@ -282,7 +305,36 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False) -> ir.Function:
         phi.add_incoming(acc, before)
         phi.add_incoming(value, inside)
         final.append(phi)
+    if floats:
+        return _stored_floats(module, b, fn, final, mr)
     return _stored(module, b, fn, final, mr, transposed)
+
+
+def _stored_floats(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int) -> ir.Function:
+    """``md_qgemmf``'s stores: ``clip(float32(acc) * mult + bias, lo, hi)``, two roundings as the
+    reference's (no fused multiply-add), 16 floats at a time, the last panel's under a mask."""
+    mult, y, ldy, cols, bias, lo, hi = fn.args[6:13]
+    masked = _intrinsic(module, "llvm.masked.store.v16f32.p0",
+                        ir.FunctionType(ir.VoidType(), [V16F, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
+    lo, hi = _splat(b, lo, 16), _splat(b, hi, 16)
+    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+    lanes = ir.Constant(V16I, list(range(16)))
+    for h in range(2):
+        f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
+        add = b.load(b.gep(bias, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
+        mask = b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
+        for r in range(mr):
+            v = b.fadd(b.fmul(b.sitofp(final[2 * r + h], V16F), f), add)
+            v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
+            v = b.select(b.fcmp_ordered(">", v, hi), hi, v)
+            at = b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=F32)
+            with b.if_else(whole) as (full, part):
+                with full:
+                    b.store(v, at, align=4)
+                with part:
+                    b.call(masked, [v, at, I32(4), mask])
+    b.ret_void()
+    return fn
 
 
 def _stored(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int,
@@ -331,5 +383,51 @@ def _qgemm(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["MAX_DEPTH", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_vnni", "pack_qgemm_weights",
-           "qgemm_dims"]
+def _qgemmf(module: ir.Module) -> None:
+    tiles = {mr: _qtile(module, mr, floats=True) for mr in QGEMM_ROW_TILES}
+    b, args, dims = _define(module, "md_qgemmf")
+    a, w, base, colsum, scale, bias, a_scale, a_zero, y = (_arg(b, args, i, PTR) for i in range(9))
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QGEMMF_DIMS)}
+    m, n, k, lda, ldy = d["m"], d["n"], d["k"], d["lda"], d["ldy"]
+    lo, hi = (_float_bits(b, d[name]) for name in ("lo", "hi"))
+    flipped = b.icmp_signed("!=", d["flip"], I64(0))
+    byte = b.load(a_zero, typ=I8)
+    # the activations' zero point as md_qgemm's bytes read it: int8 ones shifted by 128
+    za = b.select(flipped, b.add(b.sext(byte, I32), I32(128)), b.zext(byte, I32))
+    za, sa = _splat(b, za, 16), _splat(b, b.load(a_scale, typ=F32), 16)
+    stack = b.alloca(I32, size=I64(2 * QGEMM_PANEL))
+    stack.align = 64
+    corr = b.bitcast(stack, PTR)  # 32 int32, then 32 float32
+    mult = b.gep(corr, [I64(4 * QGEMM_PANEL)], source_etype=I8)
+    steps, tail = b.sdiv(k, I64(4)), b.srem(k, I64(4))
+    depth = b.sdiv(b.add(k, I64(3)), I64(4))
+    panels = b.sdiv(b.add(n, I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL))
+    first, last = _share(b, panels, d)
+
+    def panel(q: ir.Value) -> None:
+        j0 = b.mul(q, I64(QGEMM_PANEL))
+        for h in range(2):  # this run's correction (base - za * colsum) and multiplier (a_scale * w_scale)
+            at = b.add(j0, I64(16 * h))
+            start = b.load(b.gep(base, [at], source_etype=I32), typ=V16I, align=4)
+            sums = b.load(b.gep(colsum, [at], source_etype=I32), typ=V16I, align=4)
+            to = b.bitcast(b.gep(corr, [I64(16 * h)], source_etype=I32), V16I.as_pointer())
+            b.store(b.sub(start, b.mul(za, sums)), to, align=4)
+            ws = b.load(_elem(b, scale, at), typ=V16F, align=4)
+            b.store(b.fmul(sa, ws), b.bitcast(_elem(b, mult, I64(16 * h)), V16F.as_pointer()), align=4)
+        cols = b.sub(n, j0)
+        wq = b.gep(w, [b.mul(q, b.mul(depth, I64(4 * QGEMM_PANEL)))], source_etype=I8)
+        bq = _elem(b, bias, j0)
+
+        def rows_from(r0: ir.Value, mr: int) -> None:
+            at = b.gep(y, [b.add(b.mul(r0, ldy), j0)], source_etype=F32)
+            b.call(tiles[mr], [b.gep(a, [b.mul(r0, lda)], source_etype=I8), lda, wq, steps, tail, corr, mult, at, ldy,
+                               cols, bq, lo, hi, d["flip"]])
+
+        _row_tiles(b, m, QGEMM_ROW_TILES, rows_from)
+
+    _loop(b, first, last, panel)
+    b.ret_void()
+
+
+__all__ = ["MAX_DEPTH", "QGEMMF_DIMS", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_vnni", "pack_qgemm_weights",
+           "qgemm_dims", "qgemmf_dims"]

@@ -46,6 +46,7 @@ from metadef.backends.x86.quantized import (
     qlinear_matmul_kernel,
     qlinear_matmul_native,
 )
+from metadef.backends.x86.quantized_float import qgemmf_kernel, qgemmf_native
 from metadef.backends.x86.recurrent import recurrent_node
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
@@ -169,7 +170,8 @@ contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.Co
     "ConvTranspose": conv_transpose.convtranspose_kernel,
     "QLinearMatMul": qlinear_matmul_kernel,
     "QLinearConv": qlinear_conv_kernel,
-    "com.microsoft::QGemm": qlinear_matmul_kernel,
+    "com.microsoft::QGemm": qgemmf_kernel,
+    "com.microsoft::MatMulIntegerToFloat": qgemmf_kernel,
 }
 
 
@@ -333,7 +335,8 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
         str(attrs_of(node)["equation"]), src[0], src[1] if len(src) > 1 else NULL, out, _dtype_of(node)),
     "QLinearMatMul": qlinear_matmul_native,
     "QLinearConv": qlinear_conv_native,
-    "com.microsoft::QGemm": qlinear_matmul_native,
+    "com.microsoft::QGemm": qgemmf_native,
+    "com.microsoft::MatMulIntegerToFloat": qgemmf_native,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its

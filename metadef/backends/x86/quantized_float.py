@@ -1,0 +1,265 @@
+"""Integer products scaled to float32 on x86: ``MatMulIntegerToFloat`` (and ``QGemm`` without an
+output scale) as one ``md_qgemmf``.
+
+ONNX Runtime's ``quantize_dynamic`` (how most transformers are quantized for the CPU) writes
+each linear layer as ``DynamicQuantizeLinear`` (the activations' scale and zero point from
+their range, at run time) then ``MatMulInteger -> Cast -> Mul(a_scale * w_scale) -> Add(bias)``,
+which the optimizer turns into ``com.microsoft::MatMulIntegerToFloat``
+(:mod:`metadef.passes.recognize_quantized`). Its constant 8-bit weights (less their zero point,
+which must leave them in int8) are packed once for :mod:`~metadef.codegen.native_qgemm`'s
+panels, with their column sums; each call reads the activations' scale and zero point where the
+graph computed them, and the kernel makes each panel's correction (``-za * colsum``) and
+multiplier (``a_scale * w_scale``) before its tiles run, so the result is the reference's bit
+for bit. ``QGemm`` with a float output is the same with both read from constants (``alpha`` in
+the activations' scale, its int32 ``C`` in the correction). Without AVX512-VNNI the products run
+exact through float32 sgemm (:func:`~metadef.backends.x86.quantized.exact_product`); anything
+else says why and runs its reference kernel.
+
+Example:
+    >>> import numpy as np
+    >>> from metadef.ir import GraphBuilder
+    >>> from metadef.shape import parse_type
+    >>> b = GraphBuilder("g")
+    >>> y, = b.node("MatMulIntegerToFloat", [b.input("a", parse_type("u8[n,64]")), b.const("w", np.ones((64, 16),
+    ...     np.int8)), b.input("sa", parse_type("f32[]")), b.const("sw", np.float32(0.01))], domain="com.microsoft")
+    >>> b.output(y)
+    >>> node = b.build().nodes[0]
+    >>> plan = qgemmf_plan(node, constants(node), native=False)
+    >>> plan.k, plan.n, plan.colsum[:2].tolist()
+    (64, 16, [64, 64])
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metadef.backends.x86.choice import attrs_of
+from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
+from metadef.backends.x86.quantized import (
+    NO_VNNI,
+    _reference,
+    constants,
+    exact_product,
+    qlinear_matmul_kernel,
+    qlinear_matmul_native,
+)
+from metadef.codegen.native import ENTRY, native_function
+from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemmf_dims
+from metadef.ir import Node
+
+
+@dataclass(frozen=True)
+class QGemmFloatPlan:
+    """What ``md_qgemmf`` needs of a node: the packed weights (less their zero point), and a
+    column each (padded to whole panels) of the int32 base correction (QGemm's ``C``), the
+    weights' int32 sums, their float32 scale and the float32 bias; the activations' scale and
+    zero point where they are constants (None: read at run time), and whether they are int8."""
+
+    k: int
+    n: int
+    packed: np.ndarray | None
+    base: np.ndarray
+    colsum: np.ndarray
+    scale: np.ndarray
+    bias: np.ndarray
+    a_scale: np.ndarray | None
+    a_zero: np.ndarray
+    flip: bool
+    weights: np.ndarray | None = None
+    """Without AVX512-VNNI (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
+
+    def dims(self, m: int, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+        return qgemmf_dims(m, self.n, self.k, flip=self.flip, task=task, tasks=tasks)
+
+    def tasks(self, m: int, count: int) -> list[tuple[int, ...]] | None:
+        panels = -(-self.n // QGEMM_PANEL)
+        if count < 2 or panels < count or m * self.n * self.k < 64 * PARALLEL_ELEMENTS:
+            return None
+        return [self.dims(m, t, count) for t in range(count)]
+
+    def portable(self, a: np.ndarray, a_scale: Any, a_zero: Any) -> np.ndarray:
+        """The product without VNNI: exact int32 sums, scaled and biased as the kernel does."""
+        assert self.weights is not None
+        rows = np.asarray(a).reshape(-1, self.k).astype(np.float32)
+        za = int(np.asarray(a_zero).reshape(())) if a_zero is not None else 0
+        acc = exact_product(rows, self.weights) - za * self.colsum[:self.n].astype(np.int64) + self.base[:self.n]
+        mult = np.float32(np.asarray(a_scale, np.float32).reshape(())) * self.scale[:self.n]
+        y = acc.astype(np.int32).astype(np.float32) * mult + self.bias[:self.n]
+        return y.astype(np.float32).reshape(*np.shape(a)[:-1], self.n)
+
+
+def _padded(v: Any, n: int, dtype: type) -> np.ndarray:
+    out = np.zeros(-(-n // QGEMM_PANEL) * QGEMM_PANEL, dtype)
+    out[:n] = np.broadcast_to(np.asarray(v, dtype).reshape(-1), (n,))
+    return out
+
+
+def _one(value: np.ndarray | None) -> bool:
+    return value is not None and np.size(value) == 1
+
+
+def float_output(node: Node) -> bool:
+    """Whether ``node`` (MatMulIntegerToFloat or QGemm) gives float32 (QGemm: no ``y_scale``)."""
+    return node.op == "MatMulIntegerToFloat" or len(node.inputs) < 8 or node.inputs[7] is None
+
+
+def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmFloatPlan | str:
+    """The :class:`QGemmFloatPlan` of a ``MatMulIntegerToFloat`` node, or of a ``QGemm`` with a
+    float output, whose inputs have ``values`` (None: not a constant), or why it cannot run as
+    ``md_qgemmf`` (``native`` False: the plan of the path without VNNI)."""
+    if native and not has_vnni():
+        return NO_VNNI
+    a = node.inputs[0].type if node.inputs[0] is not None else None
+    if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
+        return "the activations' type or rank is unknown"
+    get = list(values) + [None] * (9 - len(values))
+    given = [v is not None for v in node.inputs] + [False] * (9 - len(node.inputs))
+    base = None
+    if node.op == "QGemm":
+        attrs = attrs_of(node)
+        if attrs["transA"]:
+            return "a QGemm of A transposed runs its reference kernel"
+        sa, za, w, sw, zw, base = get[1:7]
+        if not _one(sa) or (given[2] and not _one(za)) or (given[6] and base is None):
+            return "the activations' scale and zero point, or C, are not constants"
+        w = None if w is None else (np.asarray(w).T if attrs["transB"] else np.asarray(w))
+        # the reference's (alpha * a_scale) * b_scale: alpha goes into the activations' scale
+        a_scale: np.ndarray | None = np.float32(attrs["alpha"]) * np.asarray(sa, np.float32).reshape(1)
+        bias = None
+    else:
+        w, sa, sw, za, zw, bias = get[1:7]
+        a_scale = None if sa is None else np.asarray(sa, np.float32).reshape(1)
+        if given[6] and bias is None:
+            return "the bias is not a constant"
+    if w is None or np.ndim(w) != 2:
+        return "the weights are not a constant 2-D tensor"
+    k, n = w.shape
+    if sw is None or np.size(sw) not in (1, n) or np.ndim(sw) > 1 or (zw is not None and np.size(zw) not in (1, n)):
+        return "the weights' scale or zero point is not one constant or one a column"
+    if given[5 if node.op != "QGemm" else 3] and zw is None:
+        return "the weights' zero point is not a constant"
+    if bias is not None and np.size(bias) not in (1, n):
+        return "the bias is not one value or one a column"
+    if not 4 <= k <= MAX_DEPTH:
+        return f"depth {k} is outside md_qgemmf's [4, {MAX_DEPTH}]"
+    shifted = np.asarray(w, np.int32) - (0 if zw is None else np.asarray(zw, np.int32).reshape(-1))
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return "the weights less their zero point do not fit in int8"
+    flip = a.dtype.numpy == np.int8 and native
+    packed, colsum = pack_qgemm_weights(shifted.astype(np.int8)) if native else (None, shifted.sum(axis=0))
+    c = np.zeros(n, np.int64) if base is None else np.broadcast_to(np.asarray(base, np.int64).reshape(-1), (n,))
+    if np.abs(c).max(initial=0) + 256 * np.abs(colsum).max(initial=0) >= 2**31:
+        return "C and the zero point's correction may not fit in int32"
+    a_zero = np.zeros(1, a.dtype.numpy) if za is None else np.asarray(za, a.dtype.numpy).reshape(1)
+    return QGemmFloatPlan(k, n, packed, _padded(c, n, np.int32), _padded(colsum, n, np.int32),
+                          _padded(sw, n, np.float32), _padded(0.0 if bias is None else bias, n, np.float32), a_scale,
+                          a_zero, flip, None if native else shifted.astype(np.float32))
+
+
+def _runtime(node: Node) -> tuple[int | None, int | None]:
+    """The input indices of the activations' scale and zero point, where the op reads them."""
+    return (2, 4) if node.op == "MatMulIntegerToFloat" else (1, 2)
+
+
+def qgemmf_function(node: Node) -> Any:
+    """The node's product step by step: one ``md_qgemmf`` call (the plan made from the first
+    call's constants), the exact sgemm path without VNNI, or the reference where they do not fit."""
+    native = has_vnni()
+    plans: list[tuple[Sequence[Any], QGemmFloatPlan | str]] = []
+    at_scale, at_zero = _runtime(node)
+
+    def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
+        values = _planned(node, [None, *args[1:]])
+        if not plans or any(x is not y for x, y in zip(plans[0][0], values)):
+            plans[:] = [(values, qgemmf_plan(node, values, native))]
+        plan = plans[0][1]
+        if isinstance(plan, str):
+            return _reference(node, args)
+        sa = plan.a_scale if plan.a_scale is not None else np.asarray(args[at_scale], np.float32).reshape(1)
+        za = plan.a_zero if at_zero >= len(args) or args[at_zero] is None else \
+            np.ascontiguousarray(args[at_zero]).reshape(1)
+        a = np.ascontiguousarray(args[0])
+        if plan.weights is not None:
+            return plan.portable(a, sa, za)
+        m = a.size // plan.k
+        y = np.empty((*a.shape[:-1], plan.n), np.float32)
+        if y.size:
+            sa, za = np.ascontiguousarray(sa, np.float32), np.ascontiguousarray(za)
+            pointers = (ctypes.c_void_p * 9)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
+                                             plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
+                                             sa.ctypes.data, za.ctypes.data, y.ctypes.data)
+            dims = plan.dims(m)
+            ENTRY(native_function("md_qgemmf"))(pointers, (ctypes.c_int64 * len(dims))(*dims))
+        return y
+
+    return run
+
+
+def qgemmf_lowering(node: Node, plan: QGemmFloatPlan, sources: Sequence[Arg], out: Arg) -> Any:
+    """The node in a native program: one ``md_qgemmf`` call (split over the panels), the
+    activations' scale and zero point read where the graph computes them."""
+    at_scale, at_zero = _runtime(node)
+    scale = Arg("addr", plan.a_scale.ctypes.data) if plan.a_scale is not None else sources[at_scale]
+    zero = sources[at_zero] if at_zero < len(sources) and node.inputs[at_zero] is not None \
+        and node.inputs[at_zero].const is None else Arg("addr", plan.a_zero.ctypes.data)
+
+    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
+              ) -> NativeStep | str:
+        shape = inputs[0]
+        if shape is None:
+            return "the activations are absent"
+        m = math.prod(shape[:-1])
+        if m == 0:
+            return NativeStep(())
+        args = (sources[0], Arg("addr", plan.packed.ctypes.data), Arg("addr", plan.base.ctypes.data),
+                Arg("addr", plan.colsum.ctypes.data), Arg("addr", plan.scale.ctypes.data),
+                Arg("addr", plan.bias.ctypes.data), scale, zero, out)
+        call = Call(native_function("md_qgemmf"), args, plan.dims(m), "qgemm own kernel (int8, float output)",
+                    lambda count: plan.tasks(m, count))
+        return NativeStep((call,), keep=(plan,))
+
+    return needing(lower, "md_qgemmf")
+
+
+def _planned(node: Node, values: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+    """``values`` less MatMulIntegerToFloat's activation scale and zero point: a step reads
+    them at each call (a graph computes them; the plan is kept while the others stay)."""
+    out = list(values)
+    if node.op == "MatMulIntegerToFloat":
+        for i in (2, 4):
+            if i < len(out):
+                out[i] = None
+    return out
+
+
+def qgemmf_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
+    """``contraction_kernels``' entry for MatMulIntegerToFloat, and for QGemm (either output)."""
+    if not float_output(node):
+        return qlinear_matmul_kernel(attrs, node)
+    values = constants(node)
+    native = has_vnni()
+    plan = qgemmf_plan(node, _planned(node, values), native) if values[1 if node.op != "QGemm" else 3] is not None \
+        else None
+    if isinstance(plan, str):
+        return None, plan
+    if not native:
+        return qgemmf_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
+    return qgemmf_function(node), "md_qgemmf (our int8 kernel, AVX512-VNNI, float output)"
+
+
+def qgemmf_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]) -> Any:
+    """``native_contractions``' entry for MatMulIntegerToFloat, and for QGemm (either output)."""
+    if not float_output(node):
+        return qlinear_matmul_native(node, sources, out, consts)
+    plan = qgemmf_plan(node, consts)
+    return None if isinstance(plan, str) else qgemmf_lowering(node, plan, sources, out)
+
+
+__all__ = ["QGemmFloatPlan", "float_output", "qgemmf_function", "qgemmf_kernel", "qgemmf_lowering", "qgemmf_native",
+           "qgemmf_plan"]
