@@ -27,7 +27,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_qgemm``: a quantized product (8-bit activations, constant int8 weights) on AVX512-VNNI's
   dot products, requantized to 8 bits in its stores (:mod:`.native_qgemm`; ``md_qgemmf`` the same
   scaled to float32, a run-time ``a_scale`` and zero point: ``MatMulIntegerToFloat``); ``md_qconv`` the same for a
-  quantized conv's output channels over its pixels, ``md_qpack`` its input (taps) packed for it;
+  quantized conv's output channels over its pixels (``md_qconvi``: ConvInteger's int32 sums), ``md_qpack``
+  its input (taps) packed for it;
   ``md_qconvt`` the same with the pixels as the tile's rows (small planes); ``md_qmaxpool`` an 8-bit
   MaxPool (:mod:`.native_qpool`).
 - ``md_bmm``: a batched product of two activations (attention's ``Q Kᵀ`` and ``P V``) by the
@@ -433,6 +434,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_qgemm": _qgemm,
     "md_qgemmf": _qgemmf,
     "md_qconv": _qconv,
+    "md_qconvi": functools.partial(_qconv, ints=True),
     "md_qpack": _qpack,
     "md_qconvt": _qconvt,
     "md_qmaxpool": _qmaxpool,
@@ -452,7 +454,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qgemmf",
-                              "md_qconv", "md_qconvt", "md_bmm", "md_depthwise",
+                              "md_qconv", "md_qconvi", "md_qconvt", "md_bmm", "md_depthwise",
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -480,7 +482,7 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 :mod:`.native_scatter` move an element or a slice at a time, their reductions' vectors written
 out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
-OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qgemmf", "md_qconv", "md_qconvt", "md_conv1x1",
+OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qgemmf", "md_qconv", "md_qconvi", "md_qconvt", "md_conv1x1",
                                "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",

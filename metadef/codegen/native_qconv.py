@@ -34,7 +34,8 @@ QPACK_DIMS = ("c", "h", "w", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh
 """The dims of ``md_qpack``: args are ``[x [c, h, w] (one image, 8-bit), xp [ceil(q/4), p32, 4]]``
 with ``q = c*kh*kw`` rows of taps (``(c, dy, dx)`` in that order) and ``p32`` the output pixels
 ``oh*ow`` rounded up to :data:`QGEMM_PANEL`; a tap outside the image reads ``fill`` (the
-activations' zero point, a byte), pixels past ``oh*ow`` and rows past ``q`` are 0; ``flip``: 1
+activations' zero point, a byte; -1: the byte at a third arg, a zero point computed at run
+time), pixels past ``oh*ow`` and rows past ``q`` are 0; ``flip``: 1
 where the activations are int8 (each byte's sign bit flipped, as ``md_qgemm``'s ``a``). Task
 ``task`` of ``tasks`` takes its share of the groups of 4 rows."""
 
@@ -44,15 +45,21 @@ zero-padded), corr (int32) [rows], mult (float32) [rows], y [rows, p] (one image
 channels, 8-bit)]``; ``zy``, ``lo``, ``hi`` float32 bits. Task ``task`` of ``tasks`` takes its
 share of the (block of 32 pixels, chunk of :data:`QCONV_CHUNK` rows) units."""
 
+QCONVI_DIMS = ("rows", "depth", "p", "p32", "flip", "task", "tasks")
+"""The dims of ``md_qconvi`` (ConvInteger: the int32 sums themselves): args are ``[xp, weights
+(as md_qconv's), rowsum (int32) [rows] (each channel's weights summed), x_zero_point (8-bit [1]),
+y [rows, p] (int32)]``; the correction ``-x_zero_point * rowsum`` is made at run time; ``flip``:
+1 where the activations are int8 (``md_qpack`` flipped them)."""
+
 QCONV_CHUNK = 48
 """Output channels a unit of ``md_qconv`` computes over one block of pixels (four 12-row tiles):
 the block's packed input stays in L1 while they pass."""
 
 
 def qpack_dims(c: int, h: int, w: int, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
-               begin: tuple[int, int], out_hw: tuple[int, int], *, fill: int, flip: bool, task: int = 0,
+               begin: tuple[int, int], out_hw: tuple[int, int], *, fill: int | None, flip: bool, task: int = 0,
                tasks: int = 1) -> tuple[int, ...]:
-    """The dims of one ``md_qpack`` call (see :data:`QPACK_DIMS`).
+    """The dims of one ``md_qpack`` call (see :data:`QPACK_DIMS`; ``fill`` None: read at run time).
 
     Example:
         >>> qpack_dims(64, 56, 56, (3, 3), (1, 1), (1, 1), (1, 1), (56, 56), fill=0, flip=False)[-5:]
@@ -61,7 +68,8 @@ def qpack_dims(c: int, h: int, w: int, kernel: tuple[int, int], strides: tuple[i
     p = out_hw[0] * out_hw[1]
     values = {"c": c, "h": h, "w": w, "kh": kernel[0], "kw": kernel[1], "sh": strides[0], "sw": strides[1],
               "dh": dilations[0], "dw": dilations[1], "pt": begin[0], "pl": begin[1], "oh": out_hw[0],
-              "ow": out_hw[1], "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "fill": fill & 0xFF, "flip": int(flip),
+              "ow": out_hw[1], "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "fill": -1 if fill is None else fill & 0xFF,
+              "flip": int(flip),
               "task": task, "tasks": tasks}
     return tuple(values[d] for d in QPACK_DIMS)
 
@@ -77,6 +85,18 @@ def qconv_dims(rows: int, depth: int, p: int, *, lo: float, hi: float, zy: float
     values = {"rows": rows, "depth": depth, "p": p, "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "zy": _bits(zy),
               "lo": _bits(lo), "hi": _bits(hi), "task": task, "tasks": tasks}
     return tuple(values[d] for d in QCONV_DIMS)
+
+
+def qconvi_dims(rows: int, depth: int, p: int, *, flip: bool, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+    """The dims of one ``md_qconvi`` call (see :data:`QCONVI_DIMS`).
+
+    Example:
+        >>> qconvi_dims(64, 576, 3136, flip=False)[:5]
+        (64, 576, 3136, 3136, 0)
+    """
+    values = {"rows": rows, "depth": depth, "p": p, "p32": -(-p // QGEMM_PANEL) * QGEMM_PANEL, "flip": int(flip),
+              "task": task, "tasks": tasks}
+    return tuple(values[d] for d in QCONVI_DIMS)
 
 
 def qconv_units(rows: int, p: int) -> int:
@@ -108,7 +128,11 @@ def _qpack(module: ir.Module) -> None:
     groups = b.sdiv(b.add(q, I64(3)), I64(4))
     first, last = _share(b, groups, d)
     mask = b.trunc(b.mul(d["flip"], I64(0x80)), I8)
-    fill = b.xor(b.trunc(d["fill"], I8), mask)
+    slot = b.alloca(I8)
+    b.store(b.trunc(d["fill"], I8), slot)
+    with b.if_then(b.icmp_signed("<", d["fill"], I64(0))):  # (a zero point computed at run time)
+        b.store(b.load(_arg(b, args, 2, PTR), typ=I8), slot)
+    fill = b.xor(b.load(slot, typ=I8), mask)
     row_bytes = b.mul(d["p32"], I64(4))
     ow, sw = d["ow"], d["sw"]
     v64b, bit64 = ir.VectorType(I8, 64), ir.VectorType(ir.IntType(1), 64)
@@ -209,13 +233,14 @@ def _qpack(module: ir.Module) -> None:
     b.ret_void()
 
 
-def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
+def _qconv_tile(module: ir.Module, mr: int, ints: bool = False) -> ir.Function:
     """``tile(xp, p32, w, wrow, steps, corr, mult, y, p, cols, zy, lo, hi)``: output channels
     ``[0, mr)`` x 32 pixels: ``steps`` depth steps of 4 (the block's 32 pixels x 4 bytes from
     ``xp``, rows ``p32 * 4`` bytes apart; each channel's 4 weights broadcast), requantized with
-    the channel's correction and multiplier, the first ``cols`` pixels stored."""
+    the channel's correction and multiplier, the first ``cols`` pixels stored (``ints``: the
+    int32 sums from the correction, ``mult``, ``zy``, ``lo``, ``hi`` unused)."""
     params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, F32, F32, F32]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), f"md_qconv_tile{mr}")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), f"md_qconv{'i' if ints else ''}_tile{mr}")
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     xp, p32, w, wrow, steps, corr, mult, y, p, cols, zy, lo, hi = fn.args
@@ -236,6 +261,8 @@ def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
 
     start = [_splat(b, b.load(b.gep(corr, [I64(r)], source_etype=I32), typ=I32), 16) for r in range(mr) for _ in "ab"]
     final = _depth_loop(b, steps, start, step)
+    if ints:
+        return _stored_ints(module, b, final, mr, y, p, cols)
     out = _Requantizer(module, b, zy, lo, hi, cols)
     for r in range(mr):
         f = _splat(b, b.load(b.gep(mult, [I64(r)], source_etype=F32), typ=F32), 16)
@@ -245,13 +272,44 @@ def _qconv_tile(module: ir.Module, mr: int) -> ir.Function:
     return fn
 
 
-def _qconv(module: ir.Module) -> None:
-    tiles = {mr: _qconv_tile(module, mr) for mr in QGEMM_ROW_TILES}
-    b, args, dims = _define(module, "md_qconv")
+def _stored_ints(module: ir.Module, b: ir.IRBuilder, final: list[ir.Value], mr: int, y: ir.Value, p: ir.Value,
+                 cols: ir.Value) -> ir.Function:
+    """``md_qconvi``'s stores: the int32 sums, 16 at a time, the last block's under a mask."""
+    masked = _intrinsic(module, "llvm.masked.store.v16i32.p0",
+                        ir.FunctionType(ir.VoidType(), [V16I, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
+    whole = b.icmp_signed(">=", cols, I64(QGEMM_PANEL))
+    lanes = ir.Constant(V16I, list(range(16)))
+    for h in range(2):
+        mask = b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
+        for r in range(mr):
+            at = b.gep(y, [b.add(b.mul(I64(r), p), I64(16 * h))], source_etype=I32)
+            with b.if_else(whole) as (full, part):
+                with full:
+                    b.store(final[2 * r + h], b.bitcast(at, V16I.as_pointer()), align=4)
+                with part:
+                    b.call(masked, [final[2 * r + h], at, I32(4), mask])
+    b.ret_void()
+    return b.function
+
+
+def _qconv(module: ir.Module, ints: bool = False) -> None:
+    tiles = {mr: _qconv_tile(module, mr, ints) for mr in QGEMM_ROW_TILES}
+    b, args, dims = _define(module, "md_qconvi" if ints else "md_qconv")
     xp, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
-    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QCONV_DIMS)}
+    d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QCONVI_DIMS if ints else QCONV_DIMS)}
     rows, p, p32 = d["rows"], d["p"], d["p32"]
-    zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
+    if ints:  # this run's correction, -x_zero_point * rowsum (md_qpack read int8 activations + 128)
+        zy = lo = hi = F32(0.0)
+        byte = b.load(mult, typ=I8)
+        flipped = b.icmp_signed("!=", d["flip"], I64(0))
+        za = b.select(flipped, b.add(b.sext(byte, I32), I32(128)), b.zext(byte, I32))
+        sums, corr = corr, b.alloca(I32, size=rows)
+        _loop(b, I64(0), rows, lambda r: b.store(b.mul(b.sub(I32(0), za), b.load(b.gep(sums, [r], source_etype=I32),
+                                                                               typ=I32)),
+                                                 b.gep(corr, [r], source_etype=I32)))
+        corr = b.bitcast(corr, PTR)
+    else:
+        zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
     steps = b.sdiv(b.add(d["depth"], I64(3)), I64(4))
     wrow = b.mul(steps, I64(4))
     blocks = b.sdiv(p32, I64(QGEMM_PANEL))
@@ -271,7 +329,8 @@ def _qconv(module: ir.Module) -> None:
             r = b.add(r_lo, r0)
             b.call(tiles[mr], [xb, p32, b.gep(w, [b.mul(r, wrow)], source_etype=I8), wrow, steps,
                                b.gep(corr, [r], source_etype=I32), _elem(b, mult, r),
-                               b.gep(y, [b.add(b.mul(r, p), j0)], source_etype=I8), p, cols, zy, lo, hi])
+                               b.gep(y, [b.add(b.mul(r, p), j0)], source_etype=I32 if ints else I8), p, cols, zy,
+                               lo, hi])
 
         _row_tiles(b, count, QGEMM_ROW_TILES, rows_from)
 
@@ -312,4 +371,5 @@ def _qconvt(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "lanes_between", "qconv_dims", "qconv_units", "qpack_dims"]
+__all__ = ["QCONVI_DIMS", "QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "lanes_between", "qconv_dims", "qconv_units",
+           "qconvi_dims", "qpack_dims"]

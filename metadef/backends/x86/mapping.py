@@ -46,7 +46,12 @@ from metadef.backends.x86.quantized import (
     qlinear_matmul_kernel,
     qlinear_matmul_native,
 )
-from metadef.backends.x86.quantized_float import qgemmf_kernel, qgemmf_native
+from metadef.backends.x86.quantized_float import (
+    conv_integer_kernel,
+    conv_integer_native,
+    qgemmf_kernel,
+    qgemmf_native,
+)
 from metadef.backends.x86.recurrent import recurrent_node
 from metadef.backends.x86.resize import resize_node
 from metadef.backends.x86.softmax import softmax_node
@@ -172,6 +177,7 @@ contraction_kernels: dict[str, Callable[[Mapping[str, Any], Node], tuple[blas.Co
     "QLinearConv": qlinear_conv_kernel,
     "com.microsoft::QGemm": qgemmf_kernel,
     "com.microsoft::MatMulIntegerToFloat": qgemmf_kernel,
+    "ConvInteger": conv_integer_kernel,
 }
 
 
@@ -337,6 +343,7 @@ native_contractions: dict[str, Callable[[Node, Sequence[Arg], Arg, Sequence[np.n
     "QLinearConv": qlinear_conv_native,
     "com.microsoft::QGemm": qgemmf_native,
     "com.microsoft::MatMulIntegerToFloat": qgemmf_native,
+    "ConvInteger": conv_integer_native,
 }
 """Contraction meta-op -> the lowering of a node of it to native calls (``sources``: its
 inputs as pointer arguments, ``out``: where its output goes, ``consts``: the values of its

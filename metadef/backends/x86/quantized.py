@@ -41,7 +41,7 @@ import numpy as np
 from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qconv import qconv_dims, qconv_units, qpack_dims
+from metadef.codegen.native_qconv import qconv_dims, qconv_units, qconvi_dims, qpack_dims
 from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
 from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
@@ -270,7 +270,7 @@ class QConvPlan:
     zy: float
     lo: float
     hi: float
-    fill: int
+    fill: int | None
     flip: bool
     out_dtype: np.dtype
     portable: bool = False
@@ -278,18 +278,27 @@ class QConvPlan:
     pixel_rows: bool = False
     """``md_qconvt`` runs the product (:func:`pixel_rows`): ``weights`` are ``md_qgemm``'s panels,
     ``corr`` and ``mult`` padded to whole panels."""
+    integer: bool = False
+    """A ``ConvInteger``: ``md_qconvi`` gives the int32 sums; ``corr`` holds each channel's weight
+    sum, ``fill`` None where the activations' zero point comes at run time (the third arg of
+    ``md_qpack``, the fourth of ``md_qconvi``)."""
+
+    groups: int = 1
+    """A grouped ConvInteger: each group its own ``md_qpack`` + ``md_qconvi`` calls, over its
+    channels (``channels`` and ``depth`` count all groups' outputs and one group's taps)."""
 
     @property
     def routine(self) -> str:
-        return "md_qconvt" if self.pixel_rows else "md_qconv"
+        return "md_qconvi" if self.integer else "md_qconvt" if self.pixel_rows else "md_qconv"
 
     def units(self, p: int) -> int:
         """What the product's tasks share: panels of 32 channels, or blocks of pixels x chunks of channels."""
-        return -(-self.channels // QGEMM_PANEL) if self.pixel_rows else qconv_units(self.channels, p)
+        return -(-self.channels // QGEMM_PANEL) if self.pixel_rows else qconv_units(self.channels // self.groups, p)
 
     def steps(self, x: Sequence[int], out_hw: tuple[int, int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | str:
         """Per image: the dims of its ``md_qpack`` and ``md_qconv`` calls (or why not)."""
         n, c, h, w = x
+        c //= self.groups
         win = window(self.attrs, (h, w), self.kernel)
         begin = tuple(int(v) for v in win.begin)
         if min(begin) < 0 or min(int(v) for v in win.end) < 0:
@@ -298,7 +307,9 @@ class QConvPlan:
             h, w, out_hw = 1, h * w, (1, h * w)  # (a pointwise conv packs its planes as one row each)
         pack = qpack_dims(c, h, w, self.kernel, tuple(win.strides), tuple(win.dilations), begin, out_hw,  # type: ignore[arg-type]
                           fill=self.fill, flip=self.flip)
-        conv = qconv_dims(self.channels, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi, zy=self.zy)
+        conv = qconvi_dims(self.channels // self.groups, self.depth, out_hw[0] * out_hw[1], flip=self.flip) \
+            if self.integer else \
+            qconv_dims(self.channels, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi, zy=self.zy)
         return [(pack, conv)] * n
 
     def scratch(self, out_hw: tuple[int, int]) -> int:
@@ -404,8 +415,9 @@ def _conv_tasks(dims: tuple[int, ...], units: int, count: int) -> list[tuple[int
     return [(*dims[:-2], t, count) for t in range(count)]
 
 
-def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg) -> Any:
-    """The node in a native program: per image, ``md_qpack`` into the scratch, then ``md_qconv``."""
+def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg, zero: Arg | None = None) -> Any:
+    """The node in a native program: per image, ``md_qpack`` into the scratch, then ``md_qconv``
+    (a ConvInteger: ``md_qconvi``, the activations' zero point read at ``zero``)."""
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
@@ -422,14 +434,20 @@ def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg) -> Any:
         scratch = Arg("scratch", 0)
         pack_fn, conv_fn = native_function("md_qpack"), native_function(plan.routine)
         calls = []
+        cg, kg, size = c // plan.groups, plan.channels // plan.groups, plan.out_dtype.itemsize
+        fourth = zero if plan.integer and zero is not None else Arg("addr", plan.mult.ctypes.data)
+        rows = plan.weights.shape[1] * kg  # (bytes of a group's weights)
         for i, (pack, conv) in enumerate(steps):
-            calls.append(Call(pack_fn, (x.at(i * c * h * w), scratch), pack, "qconv pack (int8)",
-                              lambda count, dims=pack: _pack_tasks(dims, groups, count)))
-            calls.append(Call(conv_fn, (scratch, Arg("addr", plan.weights.ctypes.data),
-                                        Arg("addr", plan.corr.ctypes.data), Arg("addr", plan.mult.ctypes.data),
-                                        out.at(i * plan.channels * p)), conv,
-                              "qconv own kernel (int8" + (", pixel rows)" if plan.pixel_rows else ")"),
-                              lambda count, dims=conv: _conv_tasks(dims, units, count)))
+            for g in range(plan.groups):
+                calls.append(Call(pack_fn, (x.at((i * c + g * cg) * h * w), scratch,
+                                            *(() if zero is None else (zero,))), pack,
+                                  "qconv pack (int8)", lambda count, dims=pack: _pack_tasks(dims, groups, count)))
+                calls.append(Call(conv_fn, (scratch, Arg("addr", plan.weights.ctypes.data + g * rows),
+                                            Arg("addr", plan.corr.ctypes.data + 4 * g * kg), fourth,
+                                            out.at((i * plan.channels + g * kg) * p * size)), conv,
+                                  "qconv own kernel (int8" + (", pixel rows)" if plan.pixel_rows else
+                                                              ", int32 sums)" if plan.integer else ")"),
+                                  lambda count, dims=conv: _conv_tasks(dims, units, count)))
         return NativeStep(tuple(calls), (plan.scratch(out_hw),) if calls else (), keep=(plan,))
 
     return needing(lower, "md_qpack", plan.routine)

@@ -43,15 +43,19 @@ from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
 from metadef.backends.x86.quantized import (
     NO_VNNI,
+    QConvPlan,
+    _aligned_rows,
     _reference,
     constants,
     exact_product,
+    qconv_lowering,
     qlinear_matmul_kernel,
     qlinear_matmul_native,
 )
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemmf_dims
 from metadef.ir import Node
+from metadef.ops.defs.nn_pool import window
 
 
 @dataclass(frozen=True)
@@ -261,5 +265,98 @@ def qgemmf_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence
     return None if isinstance(plan, str) else qgemmf_lowering(node, plan, sources, out)
 
 
-__all__ = ["QGemmFloatPlan", "float_output", "qgemmf_function", "qgemmf_kernel", "qgemmf_lowering", "qgemmf_native",
+# ------------------------------------------------------------------------------- ConvInteger
+
+
+def conv_integer_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvPlan | str:
+    """The :class:`~metadef.backends.x86.quantized.QConvPlan` of a ``ConvInteger`` node (the
+    int32 sums by ``md_qpack`` + ``md_qconvi``; the activations' zero point a constant, or read
+    at run time where ``values`` has None for it), or why it cannot run so."""
+    if not has_vnni():
+        return NO_VNNI
+    x = node.inputs[0].type if node.inputs[0] is not None else None
+    if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
+        return "only 2-D convolutions of 8-bit activations run as md_qconvi"
+    get = list(values) + [None] * (4 - len(values))
+    w, za, zw = get[1:4]
+    attrs = attrs_of(node)
+    groups = int(attrs.get("group") or 1)
+    if w is None or np.ndim(w) != 4:
+        return "the weights are not a constant 4-D tensor"
+    k, depth = w.shape[0], int(np.prod(w.shape[1:]))
+    if len(node.inputs) > 3 and node.inputs[3] is not None and (zw is None or np.size(zw) not in (1, k)):
+        return "the weights' zero point is not one constant or one an output channel"
+    if depth > MAX_DEPTH // 2:
+        return f"depth {depth} is above md_qconvi's {MAX_DEPTH // 2}"
+    shifted = np.asarray(w, np.int32).reshape(k, depth) - (0 if zw is None else np.asarray(zw, np.int32).reshape(-1, 1))
+    if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
+        return "the weights less their zero point do not fit in int8"
+    runtime = len(node.inputs) > 2 and node.inputs[2] is not None and za is None
+    zero = np.zeros(1, x.dtype.numpy) if za is None else np.asarray(za, x.dtype.numpy).reshape(1)
+    if np.size(zero) != 1:
+        return "the activations' zero point is not one value"
+    kernel = tuple(int(v) for v in (attrs.get("kernel_shape") or w.shape[2:]))
+    return QConvPlan(attrs, kernel, k, depth, _aligned_rows(shifted.astype(np.int8)),  # type: ignore[arg-type]
+                     shifted.sum(axis=1).astype(np.int32), zero, 0.0, 0.0, 0.0, None if runtime else int(zero[0]),
+                     x.dtype.numpy == np.int8, np.dtype(np.int32), integer=True, groups=groups)
+
+
+def conv_integer_function(node: Node) -> Any:
+    """The node step by step: ``md_qpack`` and ``md_qconvi`` per image (the plan made from the
+    first call's weights), or the reference where they do not fit."""
+    plans: list[tuple[Sequence[Any], QConvPlan | str]] = []
+
+    def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
+        weights = [None, *args[1:2], None, *args[3:4]]
+        if not plans or any(a is not b for a, b in zip(plans[0][0], weights)):
+            plans[:] = [(weights, conv_integer_plan(node, weights))]
+        plan = plans[0][1]
+        if isinstance(plan, str):
+            return _reference(node, args)
+        x = np.ascontiguousarray(args[0])
+        zero = np.ascontiguousarray(args[2] if len(args) > 2 and args[2] is not None else plan.mult,
+                                    x.dtype).reshape(1)
+        win = window(plan.attrs, x.shape[2:], plan.kernel)
+        out_hw = tuple(int((size + int(b0) + int(e0) - d * (kk - 1) - 1) // s + 1) for size, b0, e0, d, kk, s in
+                       zip(x.shape[2:], win.begin, win.end, win.dilations, plan.kernel, win.strides))
+        steps = plan.steps(x.shape, out_hw)  # type: ignore[arg-type]
+        if isinstance(steps, str):
+            return _reference(node, args)
+        y = np.empty((x.shape[0], plan.channels, *out_hw), np.int32)
+        raw = np.empty(plan.scratch(out_hw), np.uint8)  # type: ignore[arg-type]
+        scratch = raw[-raw.ctypes.data % 64:]
+        cg, kg = x.shape[1] // plan.groups, plan.channels // plan.groups
+        for i, (pack, conv) in enumerate(steps):
+            for g in range(plan.groups):
+                xi, yi = x[i, g * cg:(g + 1) * cg], y[i, g * kg:(g + 1) * kg]
+                ENTRY(native_function("md_qpack"))((ctypes.c_void_p * 3)(xi.ctypes.data, scratch.ctypes.data,
+                                                                          zero.ctypes.data),
+                                                   (ctypes.c_int64 * len(pack))(*pack))
+                pointers = (ctypes.c_void_p * 5)(scratch.ctypes.data, plan.weights[g * kg].ctypes.data,
+                                                 plan.corr[g * kg:].ctypes.data, zero.ctypes.data, yi.ctypes.data)
+                ENTRY(native_function("md_qconvi"))(pointers, (ctypes.c_int64 * len(conv))(*conv))
+        return y
+
+    return run
+
+
+def conv_integer_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
+    """``contraction_kernels``' entry for ConvInteger."""
+    values = constants(node)
+    plan = conv_integer_plan(node, values) if values[1] is not None else None
+    if isinstance(plan, str):
+        return None, plan
+    return conv_integer_function(node), "md_qconvi (our int8 kernel, AVX512-VNNI, int32 sums), input packed by md_qpack"
+
+
+def conv_integer_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]) -> Any:
+    """``native_contractions``' entry for ConvInteger."""
+    plan = conv_integer_plan(node, consts)
+    if isinstance(plan, str):
+        return None
+    return qconv_lowering(plan, sources[0], out, sources[2] if plan.fill is None else None)
+
+
+__all__ = ["QGemmFloatPlan", "conv_integer_function", "conv_integer_kernel", "conv_integer_native",
+           "conv_integer_plan", "float_output", "qgemmf_function", "qgemmf_kernel", "qgemmf_lowering", "qgemmf_native",
            "qgemmf_plan"]

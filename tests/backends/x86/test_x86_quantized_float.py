@@ -143,3 +143,62 @@ def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.
         for want in (before.run({"x": x})["y"], ort_sess.run(None, {"x": x})[0]):
             off = np.abs(got - want)
             assert off.max() <= 5e-3 and np.mean(off > 1e-5) < 0.02, (off.max(), np.mean(off > 1e-5))
+
+
+@needs_vnni
+@pytest.mark.parametrize("c,k,group,hw,attrs", [
+    (8, 16, 1, 10, {"pads": [1, 1, 1, 1]}), (3, 24, 1, 17, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (16, 40, 1, 7, {"kernel_shape": [1, 1]}), (5, 7, 1, 9, {"pads": [2, 2, 2, 2]}),
+    (8, 8, 8, 10, {"pads": [1, 1, 1, 1]}), (12, 6, 3, 9, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+])
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("runtime_zero", [True, False])
+def test_conv_integer_runs_as_md_qconvi_bit_for_bit(c: int, k: int, group: int, hw: int, attrs: dict,
+                                                    x_dtype: type, runtime_zero: bool) -> None:
+    b = GraphBuilder("g")
+    text = "u8" if x_dtype is np.uint8 else "i8"
+    x = b.input("x", parse_type(f"{text}[n,{c},{hw},{hw}]"))
+    size = (1, 1) if attrs.get("kernel_shape") == [1, 1] else (5, 5) if attrs.get("pads") == [2, 2, 2, 2] else (3, 3)
+    w = _ints(np.int8, (k, c // group, *size))
+    zero = np.asarray(200 if x_dtype is np.uint8 else -100, x_dtype)
+    za = b.input("za", parse_type(f"{text}[]")) if runtime_zero else b.const("za", zero)
+    y, = b.node("ConvInteger", [x, b.const("w", w), za, b.const("wz", np.int8(0))], {**attrs, "group": group})
+    b.output(y)
+    graph = b.build()
+    sess = md.compile(graph, target="x86", cache=False)
+    assert sess.executable.plan[0].reason.startswith("md_qconvi"), sess.executable.plan[0].reason
+    feeds = {"x": _ints(x_dtype, (2, c, hw, hw))}
+    if runtime_zero:
+        feeds["za"] = zero
+    (got,), (want,) = sess.run(feeds).values(), md.compile(graph, target="reference").run(feeds).values()
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_vnni
+def test_an_onnxruntime_dynamic_conv_net_runs_as_integer_convs(tmp_path: pytest.TempPathFactory) -> None:
+    """A conv, a depthwise conv and a pointwise one, each quantized by ``quantize_dynamic``
+    (``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``): all three run as ``md_qconvi``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path = str(tmp_path / "conv.onnx")  # type: ignore[operator]
+    consts = {"w1": RNG.standard_normal((16, 3, 3, 3)) * 0.3, "w2": RNG.standard_normal((16, 1, 3, 3)) * 0.3,
+              "w3": RNG.standard_normal((8, 16, 1, 1)) * 0.3, "b1": RNG.standard_normal(16) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=16, strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, 10, 10])],
+                              [onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path + ".float.onnx")
+    quantize_dynamic(path + ".float.onnx", path, weight_type=QuantType.QInt8)
+    model = onnx.load(path)
+    assert sum(n.op_type == "ConvInteger" for n in model.graph.node) == 3
+    sess = md.compile(md.optimize(md.import_onnx(model), level="aggressive"), target="x86", cache=False)
+    assert sum("md_qconvi" in e.reason for e in sess.executable.plan) == 3, [e.reason for e in sess.executable.plan]
+    ort_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for n in (1, 3):
+        x = RNG.standard_normal((n, 3, 20, 20)).astype(np.float32)
+        off = np.abs(sess.run({"x": x})["y"] - ort_sess.run(None, {"x": x})[0])
+        assert off.max() <= 5e-2 and np.mean(off > 1e-5) < 0.02, (off.max(), np.mean(off > 1e-5))
