@@ -10,8 +10,13 @@ by ``md_qgemm`` / ``md_qconv``) run interleaved in one process (``metadef.testin
 medians in ms, the ratio metadef / ORT, the largest difference from ORT's output (in units of
 its largest value), metadef's compile time, and how many products ran as integer kernels.
 
-    .venv/bin/python bench/x86_quantized.py [--activations int8|uint8] [--threads 1] [--batch 1]
-        [--runs 20] [--only resnet50 bert]
+``--method dynamic`` quantizes with ``quantize_dynamic`` instead (int8 weights; the activations'
+scale and zero point computed per run by ``DynamicQuantizeLinear``, each product a
+``MatMulInteger`` or ``ConvInteger`` scaled back to float32: how most transformers are quantized
+for the CPU), with no calibration and no pre-processing.
+
+    .venv/bin/python bench/x86_quantized.py [--method static|dynamic] [--activations int8|uint8]
+        [--threads 1] [--batch 1] [--runs 20] [--only resnet50 bert]
 """
 
 from __future__ import annotations
@@ -58,9 +63,22 @@ def quantized(name: str, activations: str, folder: str) -> bytes:
         return f.read()
 
 
+def dynamic(name: str, folder: str) -> bytes:
+    """The zoo model ``name`` quantized by ONNX Runtime's ``quantize_dynamic`` (int8 weights)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, out = (os.path.join(folder, f"{name}.{s}.onnx") for s in ("float", "dynamic"))
+    onnx.save(md.zoo.build(name), source)
+    quantize_dynamic(source, out, weight_type=QuantType.QInt8)
+    with open(out, "rb") as f:
+        return f.read()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--activations", choices=("int8", "uint8"), default="int8")
+    parser.add_argument("--method", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--activations", choices=("int8", "uint8"), default="int8",
+                        help="static only (dynamic's are uint8)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--runs", type=int, default=20)
@@ -68,14 +86,15 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="zoo models whose name contains one of these")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # (the quantizer's advice to pre-process, which we did)
-    print(f"activations {args.activations}, threads {args.threads}, batch {args.batch}, level {args.level}\n"
+    what = f"activations {args.activations}" if args.method == "static" else "quantize_dynamic"
+    print(f"{what}, threads {args.threads}, batch {args.batch}, level {args.level}\n"
           "| model | metadef ms | ORT ms | ratio | max diff | compile s | integer products |\n"
           "|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
         for name in md.zoo.names():
             if args.only and not any(o.lower() in name.lower() for o in args.only):
                 continue
-            data = quantized(name, args.activations, folder)
+            data = quantized(name, args.activations, folder) if args.method == "static" else dynamic(name, folder)
             feeds = md.zoo.describe(name).example_inputs(batch=args.batch)
             ort = ort_session(data, args.threads)
             t0 = time.perf_counter()
@@ -89,7 +108,8 @@ def main() -> None:
                                       iterations=args.runs)
             a, b = (statistics.median(sample.times[k]) * 1e3 for k in ("metadef", "ort"))
             integer = sum("md_qgemm" in e.reason or "md_qconv" in e.reason for e in sess.executable.plan)
-            products = sum(n.op_type in ("MatMul", "Gemm", "Conv") for n in onnx.load_from_string(data).graph.node)
+            kinds = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger")
+            products = sum(n.op_type in kinds for n in onnx.load_from_string(data).graph.node)
             print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} | {diff:.0e} | {compiled:.2f} | "
                   f"{integer} of {products} |", flush=True)
 
