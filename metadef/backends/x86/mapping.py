@@ -16,7 +16,7 @@ Example:
     >>> choose(g.nodes[0]).kind
     'reference'
     >>> sorted(contraction_kernels)[:5], len(contraction_kernels)
-    (['Conv', 'ConvTranspose', 'Einsum', 'Gemm', 'MatMul'], 9)
+    (['Conv', 'ConvInteger', 'ConvTranspose', 'Einsum', 'Gemm'], 11)
 """
 
 from __future__ import annotations
