@@ -59,11 +59,15 @@ corr (int32) [ceil(n/32)*32], mult (float32) [ceil(n/32)*32], y [m, n] (8-bit, r
 ``zy``, ``lo``, ``hi``: float32 bits (the output's zero point and saturation range); ``flip``:
 1 where ``a`` is int8."""
 
-QGEMMF_DIMS = ("m", "n", "k", "lda", "ldy", "lo", "hi", "flip", "task", "tasks")
+QGEMMF_DIMS = ("m", "n", "k", "lda", "ldy", "lo", "hi", "flip", "wide", "task", "tasks")
 """The dims of ``md_qgemmf`` (float32 output): args are ``[a [m, k] (8-bit, rows lda bytes apart),
-packed weights, base (int32), colsum (int32), w_scale (float32), bias (float32) (these four
-[ceil(n/32)*32]), a_scale (float32 [1]), a_zero_point (8-bit [1]), y [m, n] (float32, rows ldy
-floats apart)]``; ``lo``, ``hi``: float32 bits (a clip); ``flip``: 1 where ``a`` is int8."""
+packed weights, base (int32), colsum (int32), w_scale (float32), bias (float32), rowterm
+(int32) (these five [ceil(n/32)*32]), a_scale (float32 [1]), a_zero_point (8-bit [1]), y [m, n]
+(float32, rows ldy floats apart)]``; ``lo``, ``hi``: float32 bits (a clip); ``flip``: 1 where
+``a`` is int8; ``wide``: 1 where each sum also takes ``rowterm[j]`` times the row's byte sum
+(uint8 weights whose zero point leaves them outside int8 are packed as ``W - 128``, and
+``(128 - zero point) * sum_k a[i, k]`` restores them; ``colsum`` then holds
+``sum_k (W - 128) + k * rowterm``)."""
 
 QGEMM_PANEL = 32
 """The columns of a weight panel (and of the tile): two 512-bit registers of int32 sums."""
@@ -128,7 +132,8 @@ def qgemm_dims(m: int, n: int, k: int, *, lo: float, hi: float, zy: float = 0.0,
 
 
 def qgemmf_dims(m: int, n: int, k: int, *, lo: float = -np.inf, hi: float = np.inf, lda: int | None = None,
-                ldy: int | None = None, flip: bool = False, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+                ldy: int | None = None, flip: bool = False, wide: bool = False, task: int = 0,
+                tasks: int = 1) -> tuple[int, ...]:
     """The dims of one ``md_qgemmf`` call (see :data:`QGEMMF_DIMS`; ``lda`` defaults to ``k``,
     ``ldy`` to ``n``).
 
@@ -137,7 +142,7 @@ def qgemmf_dims(m: int, n: int, k: int, *, lo: float = -np.inf, hi: float = np.i
         (128, 768, 768, 768, 768)
     """
     values = {"m": m, "n": n, "k": k, "lda": k if lda is None else lda, "ldy": n if ldy is None else ldy,
-              "lo": _bits(lo), "hi": _bits(hi), "flip": int(flip), "task": task, "tasks": tasks}
+              "lo": _bits(lo), "hi": _bits(hi), "flip": int(flip), "wide": int(wide), "task": task, "tasks": tasks}
     return tuple(values[d] for d in QGEMMF_DIMS)
 
 
@@ -227,18 +232,21 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False, floats: bool = 
     ``[0, mr)`` x the panel's 32 columns: ``steps`` full depth steps of 4, then (``tail`` > 0)
     the last ``tail`` depths, requantized and stored (the first ``cols`` columns).
 
-    ``floats`` (``md_qgemmf``'s tile): ``zy`` is a pointer to the panel's 32 float32 biases and
-    the stores are ``clip(float32(acc) * mult + bias, lo, hi)`` in float32 (``ldy`` in floats).
+    ``floats`` (``md_qgemmf``'s tile, three more params ``rowterm, k, wide``): ``zy`` is a
+    pointer to the panel's 32 float32 biases and the stores are ``clip(float32(acc + rowsum *
+    rowterm) * mult + bias, lo, hi)`` in float32 (``ldy`` in floats; ``rowsum``: the row's
+    bytes summed where ``wide``, else 0).
 
     ``transposed`` (``md_qconvt``'s tile): ``a`` is ``md_qpack``'s layout, a row's 4 bytes of a
     depth step at ``a + 4 r + s * lda``, and the tile is stored transposed, ``y[r, j]`` at
     ``y + r + j * ldy``; no tail, no flip (``md_qpack`` pads the depth and flips the bytes)."""
     params = [PTR, I64, PTR, I64, I64, PTR, PTR, PTR, I64, I64, PTR if floats else F32, F32, F32, I64]
+    params += [PTR, I64, I64] if floats else []
     name = f"md_q{'convt' if transposed else 'gemmf' if floats else 'gemm'}_tile{mr}"
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
-    a, lda, w, steps, tail, _, _, _, _, _, _, _, _, flip = fn.args
+    a, lda, w, steps, tail, _, _, _, _, _, _, _, _, flip = fn.args[:14]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     dot = _dot(module)
     rows = [b.gep(a, [b.mul(I64(r), I64(4) if transposed else lda)], source_etype=I8) for r in range(mr)]
@@ -306,14 +314,68 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False, floats: bool = 
         phi.add_incoming(value, inside)
         final.append(phi)
     if floats:
-        return _stored_floats(module, b, fn, final, mr)
+        return _stored_floats(module, b, fn, final, mr, _row_sums(module, b, rows, mr, *fn.args[15:17], flip))
     return _stored(module, b, fn, final, mr, transposed)
 
 
-def _stored_floats(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int) -> ir.Function:
-    """``md_qgemmf``'s stores: ``clip(float32(acc) * mult + bias, lo, hi)``, two roundings as the
-    reference's (no fused multiply-add), 16 floats at a time, the last panel's under a mask."""
+def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int, k: ir.Value, wide: ir.Value,
+              flip: ir.Value) -> list[ir.Value]:
+    """Each row's ``k`` bytes summed (as read: int8 ones + 128), 64 a ``vpsadbw``; 0 unless ``wide``."""
+    v64b = ir.VectorType(I8, 64)
+    bits = ir.VectorType(ir.IntType(1), 64)
+    v8q = ir.VectorType(I64, 8)
+    load = _intrinsic(module, "llvm.masked.load.v64i8.p0", ir.FunctionType(v64b, [PTR, I32, bits, v64b]))
+    sad = _intrinsic(module, "llvm.x86.avx512.psad.bw.512", ir.FunctionType(v8q, [v64b, v64b]))
+    total = _intrinsic(module, "llvm.vector.reduce.add.v8i64", ir.FunctionType(I64, [v8q]))
+    flipped = _splat(b, b.trunc(b.mul(flip, I64(0x80)), I8), 64)
+    zero = ir.Constant(v64b, [0] * 64)
+    pre = b.block
+    with b.if_then(b.icmp_signed("!=", wide, I64(0))):  # (every row's chunks in one loop, sums in registers)
+        chunks = b.sdiv(b.add(k, I64(63)), I64(64))
+        entry = b.block
+        head, done = b.append_basic_block("row_sums"), b.append_basic_block("row_sums_done")
+        b.cbranch(b.icmp_signed(">", chunks, I64(0)), head, done)
+        b.position_at_end(head)
+        j = b.phi(I64)
+        j.add_incoming(I64(0), entry)
+        accs = [b.phi(v8q) for _ in range(mr)]
+        for acc in accs:
+            acc.add_incoming(ir.Constant(v8q, [0] * 8), entry)
+        left = b.sub(k, b.mul(j, I64(64)))
+        ones = b.select(b.icmp_signed(">=", left, I64(64)), I64(-1), b.sub(b.shl(I64(1), left), I64(1)))
+        lanes = b.bitcast(ones, bits)
+        new = []
+        for r in range(mr):  # (lanes past k load as the flip mask: 0 once flipped)
+            v = b.call(load, [b.gep(rows[r], [b.mul(j, I64(64))], source_etype=I8), I32(1), lanes, flipped])
+            new.append(b.add(accs[r], b.call(sad, [b.xor(v, flipped), zero])))
+        nxt = b.add(j, I64(1))
+        j.add_incoming(nxt, head)
+        for acc, value in zip(accs, new):
+            acc.add_incoming(value, head)
+        b.cbranch(b.icmp_signed("<", nxt, chunks), head, done)
+        b.position_at_end(done)
+        merged = [b.phi(v8q) for _ in new]
+        for phi, value in zip(merged, new):
+            phi.add_incoming(ir.Constant(v8q, [0] * 8), entry)
+            phi.add_incoming(value, head)
+        sums = [b.trunc(b.call(total, [phi]), I32) for phi in merged]
+        inside = b.block
+    out = []
+    for value in sums:
+        phi = b.phi(I32)
+        phi.add_incoming(I32(0), pre)
+        phi.add_incoming(value, inside)
+        out.append(phi)
+    return out
+
+
+def _stored_floats(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.Value], mr: int,
+                   row_sums: list[ir.Value]) -> ir.Function:
+    """``md_qgemmf``'s stores: ``clip(float32(acc + rowsum * rowterm) * mult + bias, lo, hi)``, two
+    roundings as the reference's (no fused multiply-add), 16 floats at a time, the last panel's
+    under a mask."""
     mult, y, ldy, cols, bias, lo, hi = fn.args[6:13]
+    rowterm = fn.args[14]
     masked = _intrinsic(module, "llvm.masked.store.v16f32.p0",
                         ir.FunctionType(ir.VoidType(), [V16F, PTR, I32, ir.VectorType(ir.IntType(1), 16)]))
     lo, hi = _splat(b, lo, 16), _splat(b, hi, 16)
@@ -322,9 +384,11 @@ def _stored_floats(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: l
     for h in range(2):
         f = b.load(b.gep(mult, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
         add = b.load(b.gep(bias, [I64(16 * h)], source_etype=F32), typ=V16F, align=4)
+        term = b.load(b.gep(rowterm, [I64(16 * h)], source_etype=I32), typ=V16I, align=4)
         mask = b.icmp_signed("<", lanes, _splat(b, b.trunc(b.sub(cols, I64(16 * h)), I32), 16))
         for r in range(mr):
-            v = b.fadd(b.fmul(b.sitofp(final[2 * r + h], V16F), f), add)
+            acc = b.add(final[2 * r + h], b.mul(_splat(b, row_sums[r], 16), term))
+            v = b.fadd(b.fmul(b.sitofp(acc, V16F), f), add)
             v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
             v = b.select(b.fcmp_ordered(">", v, hi), hi, v)
             at = b.gep(y, [b.add(b.mul(I64(r), ldy), I64(16 * h))], source_etype=F32)
@@ -386,7 +450,7 @@ def _qgemm(module: ir.Module) -> None:
 def _qgemmf(module: ir.Module) -> None:
     tiles = {mr: _qtile(module, mr, floats=True) for mr in QGEMM_ROW_TILES}
     b, args, dims = _define(module, "md_qgemmf")
-    a, w, base, colsum, scale, bias, a_scale, a_zero, y = (_arg(b, args, i, PTR) for i in range(9))
+    a, w, base, colsum, scale, bias, rowterm, a_scale, a_zero, y = (_arg(b, args, i, PTR) for i in range(10))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QGEMMF_DIMS)}
     m, n, k, lda, ldy = d["m"], d["n"], d["k"], d["lda"], d["ldy"]
     lo, hi = (_float_bits(b, d[name]) for name in ("lo", "hi"))
@@ -421,7 +485,7 @@ def _qgemmf(module: ir.Module) -> None:
         def rows_from(r0: ir.Value, mr: int) -> None:
             at = b.gep(y, [b.add(b.mul(r0, ldy), j0)], source_etype=F32)
             b.call(tiles[mr], [b.gep(a, [b.mul(r0, lda)], source_etype=I8), lda, wq, steps, tail, corr, mult, at, ldy,
-                               cols, bq, lo, hi, d["flip"]])
+                               cols, bq, lo, hi, d["flip"], b.gep(rowterm, [j0], source_etype=I32), k, d["wide"]])
 
         _row_tiles(b, m, QGEMM_ROW_TILES, rows_from)
 

@@ -77,9 +77,16 @@ class QGemmFloatPlan:
     flip: bool
     weights: np.ndarray | None = None
     """Without AVX512-VNNI (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
+    rowterm: np.ndarray | None = None
+    """uint8 weights whose zero point leaves them outside int8 (``wide``): packed as ``W - 128``,
+    and ``128 - zero point`` a column, which ``md_qgemmf`` multiplies by each row's byte sum."""
+
+    @property
+    def wide(self) -> bool:
+        return bool(self.rowterm is not None and self.rowterm.any())
 
     def dims(self, m: int, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
-        return qgemmf_dims(m, self.n, self.k, flip=self.flip, task=task, tasks=tasks)
+        return qgemmf_dims(m, self.n, self.k, flip=self.flip, wide=self.wide, task=task, tasks=tasks)
 
     def tasks(self, m: int, count: int) -> list[tuple[int, ...]] | None:
         panels = -(-self.n // QGEMM_PANEL)
@@ -152,18 +159,24 @@ def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = 
         return "the bias is not one value or one a column"
     if not 4 <= k <= MAX_DEPTH:
         return f"depth {k} is outside md_qgemmf's [4, {MAX_DEPTH}]"
-    shifted = np.asarray(w, np.int32) - (0 if zw is None else np.asarray(zw, np.int32).reshape(-1))
+    zeros = np.zeros(n, np.int32) if zw is None else np.broadcast_to(np.asarray(zw, np.int32).reshape(-1), (n,))
+    shifted = np.asarray(w, np.int32) - zeros
+    rowterm = np.zeros(n, np.int64)
     if shifted.min(initial=0) < -128 or shifted.max(initial=0) > 127:
-        return "the weights less their zero point do not fit in int8"
+        if not native or np.asarray(w).dtype != np.uint8 or 4 * 255 * 128 * k >= 2**31:
+            return "the weights less their zero point do not fit in int8"
+        # (W - zw) = (W - 128) + (128 - zw): the second part times each row's byte sum (md_qgemmf's ``wide``)
+        shifted, rowterm = np.asarray(w, np.int32) - 128, 128 - zeros.astype(np.int64)
     flip = a.dtype.numpy == np.int8 and native
     packed, colsum = pack_qgemm_weights(shifted.astype(np.int8)) if native else (None, shifted.sum(axis=0))
+    colsum = colsum + k * rowterm  # (the row term's share of the zero point's correction)
     c = np.zeros(n, np.int64) if base is None else np.broadcast_to(np.asarray(base, np.int64).reshape(-1), (n,))
     if np.abs(c).max(initial=0) + 256 * np.abs(colsum).max(initial=0) >= 2**31:
         return "C and the zero point's correction may not fit in int32"
     a_zero = np.zeros(1, a.dtype.numpy) if za is None else np.asarray(za, a.dtype.numpy).reshape(1)
     return QGemmFloatPlan(k, n, packed, _padded(c, n, np.int32), _padded(colsum, n, np.int32),
                           _padded(sw, n, np.float32), _padded(0.0 if bias is None else bias, n, np.float32), a_scale,
-                          a_zero, flip, None if native else shifted.astype(np.float32))
+                          a_zero, flip, None if native else shifted.astype(np.float32), _padded(rowterm, n, np.int32))
 
 
 def _runtime(node: Node) -> tuple[int | None, int | None]:
@@ -195,9 +208,9 @@ def qgemmf_function(node: Node) -> Any:
         y = np.empty((*a.shape[:-1], plan.n), np.float32)
         if y.size:
             sa, za = np.ascontiguousarray(sa, np.float32), np.ascontiguousarray(za)
-            pointers = (ctypes.c_void_p * 9)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
-                                             plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
-                                             sa.ctypes.data, za.ctypes.data, y.ctypes.data)
+            pointers = (ctypes.c_void_p * 10)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
+                                              plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
+                                              plan.rowterm.ctypes.data, sa.ctypes.data, za.ctypes.data, y.ctypes.data)
             dims = plan.dims(m)
             ENTRY(native_function("md_qgemmf"))(pointers, (ctypes.c_int64 * len(dims))(*dims))
         return y
@@ -223,7 +236,7 @@ def qgemmf_lowering(node: Node, plan: QGemmFloatPlan, sources: Sequence[Arg], ou
             return NativeStep(())
         args = (sources[0], Arg("addr", plan.packed.ctypes.data), Arg("addr", plan.base.ctypes.data),
                 Arg("addr", plan.colsum.ctypes.data), Arg("addr", plan.scale.ctypes.data),
-                Arg("addr", plan.bias.ctypes.data), scale, zero, out)
+                Arg("addr", plan.bias.ctypes.data), Arg("addr", plan.rowterm.ctypes.data), scale, zero, out)
         call = Call(native_function("md_qgemmf"), args, plan.dims(m), "qgemm own kernel (int8, float output)",
                     lambda count: plan.tasks(m, count))
         return NativeStep((call,), keep=(plan,))

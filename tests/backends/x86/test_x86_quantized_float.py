@@ -47,25 +47,31 @@ def _graph(shape: str, w: np.ndarray, sw: np.ndarray, zw: np.ndarray | None, bia
 
 
 @needs_vnni
-@pytest.mark.parametrize("m,n,k", [(1, 10, 512), (13, 33, 7), (128, 96, 768), (3, 64, 4), (40, 31, 130)])
+@pytest.mark.parametrize("m,n,k", [(1, 10, 512), (13, 33, 7), (128, 96, 768), (3, 64, 4), (40, 31, 130), (5, 40, 200)])
 @pytest.mark.parametrize("a_dtype", [np.uint8, np.int8])
-def test_md_qgemmf_is_the_reference_bit_for_bit(m: int, n: int, k: int, a_dtype: type) -> None:
-    a, w = _ints(a_dtype, (m, k)), _ints(np.int8, (k, n))
+@pytest.mark.parametrize("weights", ["int8", "uint8 wide"])
+def test_md_qgemmf_is_the_reference_bit_for_bit(m: int, n: int, k: int, a_dtype: type, weights: str) -> None:
+    """int8 weights, and uint8 ones whose zero points (one a column, 0 to 255) leave them outside
+    int8: packed as W - 128, each row's byte sum times 128 - zero point added in the stores."""
+    a = _ints(a_dtype, (m, k))
+    w = _ints(np.int8, (k, n)) if weights == "int8" else _ints(np.uint8, (k, n))
+    zw = None if weights == "int8" else RNG.integers(0, 256, n).astype(np.uint8)
     sa, za = np.array([0.0173], np.float32), np.array([131 if a_dtype is np.uint8 else -9], a_dtype)
     sw = RNG.uniform(0.002, 0.01, n).astype(np.float32)
     bias = RNG.standard_normal(n).astype(np.float32)
-    node = _graph(f"{'u8' if a_dtype is np.uint8 else 'i8'}[m,{k}]", w, sw, None, bias,
+    node = _graph(f"{'u8' if a_dtype is np.uint8 else 'i8'}[m,{k}]", w, sw, zw, bias,
                   "u8" if a_dtype is np.uint8 else "i8").nodes[0]
-    plan = qgemmf_plan(node, [None, w, None, sw, None, None, bias])
+    plan = qgemmf_plan(node, [None, w, None, sw, None, zw, bias])
     assert not isinstance(plan, str), plan
-    want = matmul_integer_to_float_reference([a, w, sa[0], sw, za[0], None, bias], {})
+    assert plan.wide == (weights != "int8")
+    want = matmul_integer_to_float_reference([a, w, sa[0], sw, za[0], zw, bias], {})
     for tasks in (1, 3):
         y = np.full((m, n + 5), 77.0, np.float32)  # (rows ldy apart: the 5 columns past n stay untouched)
-        args = (ctypes.c_void_p * 9)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
-                                     plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
-                                     sa.ctypes.data, za.ctypes.data, y.ctypes.data)
+        args = (ctypes.c_void_p * 10)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
+                                      plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
+                                      plan.rowterm.ctypes.data, sa.ctypes.data, za.ctypes.data, y.ctypes.data)
         for task in range(tasks):
-            dims = qgemmf_dims(m, n, k, flip=a_dtype is np.int8, ldy=n + 5, task=task, tasks=tasks)
+            dims = qgemmf_dims(m, n, k, flip=a_dtype is np.int8, wide=plan.wide, ldy=n + 5, task=task, tasks=tasks)
             ENTRY(native_function("md_qgemmf"))(args, (ctypes.c_int64 * len(dims))(*dims))
         np.testing.assert_array_equal(y[:, :n], want)
         assert (y[:, n:] == 77.0).all()
@@ -89,7 +95,7 @@ def test_matmul_integer_to_float_runs_as_md_qgemmf_at_any_batch(threads: int) ->
 
 
 def test_a_product_md_qgemmf_cannot_take_says_why() -> None:
-    graph = _graph("u8[b,96]", _ints(np.uint8, (96, 8)), np.float32(0.01), np.uint8(0), None)
+    graph = _graph("u8[b,96]", _ints(np.int8, (96, 8)), np.float32(0.01), np.int8(-100), None)
     sess = md.compile(graph, target="x86", cache=False)
     reason = sess.executable.plan[0].reason
     assert "do not fit in int8" in reason or "VNNI" in reason, reason
@@ -98,12 +104,14 @@ def test_a_product_md_qgemmf_cannot_take_says_why() -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def _dynamic_model(path: str) -> None:
+def _dynamic_model(path: str, **options: object) -> None:
     """A small transformer-style block (two linear layers, GELU by erf, a residual add, a
-    LayerNormalization) quantized by ONNX Runtime's ``quantize_dynamic`` (int8 weights)."""
+    LayerNormalization) quantized by ONNX Runtime's ``quantize_dynamic`` (int8 weights unless
+    ``options`` say otherwise)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     w1, w2 = (RNG.standard_normal(s).astype(np.float32) * 0.1 for s in ((64, 128), (128, 64)))
+    w1 = np.abs(w1)  # (all positive: as uint8 their zero point is 0, and W - 0 is outside int8)
     consts = {"w1": w1, "w2": w2, "b1": RNG.standard_normal(128).astype(np.float32) * 0.1,
               "b2": RNG.standard_normal(64).astype(np.float32) * 0.1, "half": np.float32(0.5),
               "one": np.float32(1.0), "root": np.float32(1 / np.sqrt(2)), "g": np.ones(64, np.float32),
@@ -118,15 +126,23 @@ def _dynamic_model(path: str) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 64])],
                               [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path + ".float.onnx")
-    quantize_dynamic(path + ".float.onnx", path, weight_type=QuantType.QInt8)
+    quantize_dynamic(path + ".float.onnx", path, **{"weight_type": QuantType.QInt8, **options})  # type: ignore[arg-type]
 
 
 @needs_vnni
-def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize("options", ["int8", "uint8", "per_channel"])
+def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.TempPathFactory, options: str) -> None:
+    """int8 weights (ORT's default), uint8 ones (asymmetric: their zero points need md_qgemmf's
+    row sums), and per-channel scales."""
+    from onnxruntime.quantization import QuantType
+
     path = str(tmp_path / "dyn.onnx")  # type: ignore[operator]
-    _dynamic_model(path)
+    _dynamic_model(path, **{"int8": {}, "uint8": {"weight_type": QuantType.QUInt8},
+                            "per_channel": {"per_channel": True}}[options])
     model = onnx.load(path)
     assert sum(n.op_type == "MatMulInteger" for n in model.graph.node) == 2
+    zeros = [onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name.startswith("w1_zero_point")]
+    assert options != "uint8" or (zeros[0].dtype == np.uint8 and zeros[0].max() < 64), zeros  # (md_qgemmf's wide)
     graph = md.import_onnx(model)
     optimized = md.optimize(graph, level="aggressive")
     sess = md.compile(optimized, target="x86", cache=False)
