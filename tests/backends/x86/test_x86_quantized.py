@@ -271,9 +271,12 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
     for n in (1, 3):
         x = RNG.standard_normal((n, 3, 20, 20)).astype(np.float32)
         got = sess.run({"x": x})["y"]
-        np.testing.assert_array_equal(got, ref.run({"x": x})["y"])
         want = ort_sess.run(None, {"x": x})[0]
         step = float(np.abs(np.diff(np.unique(want))).min())
+        # the integer convs are the reference's bit for bit; the depthwise conv between them is
+        # float (md_depthwise sums in its own order), so a value it quantizes can land one step off
+        mine = ref.run({"x": x})["y"]
+        assert np.abs(got - mine).max() <= step * 1.01 and np.mean(got != mine) < 0.01
         assert np.abs(got - want).max() <= 3 * step + 1e-6
         assert np.mean(got != want) < 0.05
 
