@@ -14,6 +14,7 @@ from metadef.ops.defs import (  # noqa: F401  (imported for their registrations)
     loops,
     loss,
     microsoft,
+    microsoft_qlinear,
     ml,
     nn,
     nn_norm,
