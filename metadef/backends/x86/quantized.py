@@ -284,8 +284,9 @@ class QConvPlan:
     ``md_qpack``, the fourth of ``md_qconvi``)."""
 
     groups: int = 1
-    """A grouped ConvInteger: each group its own ``md_qpack`` + ``md_qconvi`` calls, over its
-    channels (``channels`` and ``depth`` count all groups' outputs and one group's taps)."""
+    """A grouped conv (depthwise too): each group its own ``md_qpack`` + ``md_qconv`` /
+    ``md_qconvi`` calls, over its channels (``channels`` counts all groups' outputs, ``depth``
+    one group's taps)."""
 
     @property
     def routine(self) -> str:
@@ -309,7 +310,8 @@ class QConvPlan:
                           fill=self.fill, flip=self.flip)
         conv = qconvi_dims(self.channels // self.groups, self.depth, out_hw[0] * out_hw[1], flip=self.flip) \
             if self.integer else \
-            qconv_dims(self.channels, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi, zy=self.zy)
+            qconv_dims(self.channels // self.groups, self.depth, out_hw[0] * out_hw[1], lo=self.lo, hi=self.hi,
+                       zy=self.zy)
         return [(pack, conv)] * n
 
     def scratch(self, out_hw: tuple[int, int]) -> int:
@@ -360,8 +362,9 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = T
     sx, zx, w, sw, zw, sy, zy = (values[i] if i < len(values) else None for i in range(1, 8))
     bias = values[8] if len(values) > 8 else None
     attrs = attrs_of(node)
-    if int(attrs.get("group") or 1) != 1:
-        return "a grouped QLinearConv runs its reference kernel"
+    groups = int(attrs.get("group") or 1)
+    if groups > 1 and not native:
+        return "a grouped QLinearConv without VNNI runs its reference kernel"
     if w is None or np.ndim(w) != 4:
         return "the weights are not a constant 4-D tensor"
     if not all(_per_tensor(v) for v in (sx, zx, sy, zy)):
@@ -393,14 +396,15 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = T
     kernel = tuple(int(v) for v in (attrs.get("kernel_shape") or w.shape[2:]))
     y = node.outputs[0].type
     hw = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
-    rows = native and len(hw) == 2 and all(isinstance(v, int) for v in hw) and pixel_rows(k, hw[0] * hw[1])
+    rows = native and groups == 1 and len(hw) == 2 and all(isinstance(v, int) for v in hw) \
+        and pixel_rows(k, hw[0] * hw[1])
     corr, mult = corr.astype(np.int32), np.ascontiguousarray(mult, np.float32)
     if rows:
         weights, corr, mult = pack_qgemm_weights(shifted.T.astype(np.int8))[0], _padded(corr), _padded(mult)
     else:
         weights = _aligned_rows(shifted.astype(np.int8)) if native else shifted.T.astype(np.float32)
     return QConvPlan(attrs, kernel, k, depth, weights, corr, mult, float(np.asarray(zy).reshape(())),  # type: ignore[arg-type]
-                     *bounds, fill, flip, out, not native, rows)
+                     *bounds, fill, flip, out, not native, rows, groups=groups)
 
 
 def _pack_tasks(dims: tuple[int, ...], groups: int, count: int) -> list[tuple[int, ...]] | None:
@@ -435,7 +439,6 @@ def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg, zero: Arg | None = None) -
         pack_fn, conv_fn = native_function("md_qpack"), native_function(plan.routine)
         calls = []
         cg, kg, size = c // plan.groups, plan.channels // plan.groups, plan.out_dtype.itemsize
-        fourth = zero if plan.integer and zero is not None else Arg("addr", plan.mult.ctypes.data)
         rows = plan.weights.shape[1] * kg  # (bytes of a group's weights)
         for i, (pack, conv) in enumerate(steps):
             for g in range(plan.groups):
@@ -443,7 +446,9 @@ def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg, zero: Arg | None = None) -
                                             *(() if zero is None else (zero,))), pack,
                                   "qconv pack (int8)", lambda count, dims=pack: _pack_tasks(dims, groups, count)))
                 calls.append(Call(conv_fn, (scratch, Arg("addr", plan.weights.ctypes.data + g * rows),
-                                            Arg("addr", plan.corr.ctypes.data + 4 * g * kg), fourth,
+                                            Arg("addr", plan.corr.ctypes.data + 4 * g * kg),
+                                            (zero if zero is not None else Arg("addr", plan.mult.ctypes.data))
+                                            if plan.integer else Arg("addr", plan.mult.ctypes.data + 4 * g * kg),
                                             out.at((i * plan.channels + g * kg) * p * size)), conv,
                                   "qconv own kernel (int8" + (", pixel rows)" if plan.pixel_rows else
                                                               ", int32 sums)" if plan.integer else ")"),
@@ -478,13 +483,16 @@ def qconv_function(node: Node) -> Any:
             return _reference(node, args)
         raw = np.empty(plan.scratch(out_hw), np.uint8)
         scratch = raw[-raw.ctypes.data % 64:]
+        cg, kg = x.shape[1] // plan.groups, plan.channels // plan.groups
         for i, (pack, conv) in enumerate(steps):
-            xi, yi = x[i], y[i]
-            ENTRY(native_function("md_qpack"))((ctypes.c_void_p * 2)(xi.ctypes.data, scratch.ctypes.data),
-                                               (ctypes.c_int64 * len(pack))(*pack))
-            pointers = (ctypes.c_void_p * 5)(scratch.ctypes.data, plan.weights.ctypes.data, plan.corr.ctypes.data,
-                                             plan.mult.ctypes.data, yi.ctypes.data)
-            ENTRY(native_function(plan.routine))(pointers, (ctypes.c_int64 * len(conv))(*conv))
+            for g in range(plan.groups):
+                xi, yi = x[i, g * cg:(g + 1) * cg], y[i, g * kg:(g + 1) * kg]
+                ENTRY(native_function("md_qpack"))((ctypes.c_void_p * 2)(xi.ctypes.data, scratch.ctypes.data),
+                                                   (ctypes.c_int64 * len(pack))(*pack))
+                pointers = (ctypes.c_void_p * 5)(scratch.ctypes.data, plan.weights[g * kg:].ctypes.data,
+                                                 plan.corr[g * kg:].ctypes.data, plan.mult[g * kg:].ctypes.data,
+                                                 yi.ctypes.data)
+                ENTRY(native_function(plan.routine))(pointers, (ctypes.c_int64 * len(conv))(*conv))
         return y
 
     return run

@@ -180,9 +180,9 @@ def test_layers_with_their_own_scales_share_one_kernel() -> None:
 def _qconv_graph(x_shape: tuple[int, ...], x_dtype: type, k: int, kernel: tuple[int, int], attrs: dict,
                  per_channel: bool, bias: bool) -> tuple[md.Graph, np.ndarray]:
     c = x_shape[1]
-    w = _ints(np.int8, (k, c, *kernel))
+    w = _ints(np.int8, (k, c // int(attrs.get("group", 1)), *kernel))
     sw = RNG.uniform(0.002, 0.01, k).astype(np.float32) if per_channel else np.float32(0.006)
-    sy = np.float32(0.02 * 0.006 * 74 * 74 * np.sqrt(c * kernel[0] * kernel[1]) / 40)
+    sy = np.float32(0.02 * 0.006 * 74 * 74 * np.sqrt(c // int(attrs.get("group", 1)) * kernel[0] * kernel[1]) / 40)
     zx = np.asarray(5 if x_dtype is np.uint8 else -7, x_dtype)
     consts = [np.float32(0.02), zx, w, sw, np.zeros(np.shape(sw), np.int8), sy, np.uint8(128)]
     if bias:
@@ -208,6 +208,8 @@ def _qconv_graph(x_shape: tuple[int, ...], x_dtype: type, k: int, kernel: tuple[
     ((2, 16, 7, 7), 64, (3, 3), {"pads": [1, 1, 1, 1]}),                      # md_qconvt: a 7x7 plane
     ((1, 8, 14, 13), 56, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # md_qconvt: 7x7, a part panel
     ((1, 24, 5, 5), 96, (1, 1), {}),
+    ((2, 16, 10, 10), 16, (3, 3), {"pads": [1, 1, 1, 1], "group": 16}),                # depthwise: group by group
+    ((1, 12, 9, 9), 24, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 3}),
 ])
 @pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
 def test_qlinear_conv_runs_as_md_qconv_bit_for_bit(x_shape: tuple[int, ...], k: int, kernel: tuple[int, int],
@@ -223,9 +225,10 @@ def test_qlinear_conv_runs_as_md_qconv_bit_for_bit(x_shape: tuple[int, ...], k: 
     assert len(np.unique(want)) > 20
 
 
-def _qdq_cnn(path: str, activations: str) -> None:
+def _qdq_cnn(path: str, activations: str, operators: bool = False) -> None:
     """A small residual CNN (3x3 and 1x1 convs with bias, Relu, Add, a strided conv, a
-    depthwise conv) quantized by ONNX Runtime after its pre-processing."""
+    depthwise conv) quantized by ONNX Runtime after its pre-processing (``operators``: in its
+    QOperator form, QLinearConv and com.microsoft::QLinearAdd, instead of QDQ)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     def w(name: str, *shape: int) -> onnx.TensorProto:
@@ -253,8 +256,8 @@ def _qdq_cnn(path: str, activations: str) -> None:
             return next(self.feeds, None)
 
     kind = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
-    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QDQ, activation_type=kind,
-                    weight_type=QuantType.QInt8, per_channel=activations == "int8")
+    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+                    activation_type=kind, weight_type=QuantType.QInt8, per_channel=activations == "int8")
 
 
 @needs_vnni
@@ -279,6 +282,29 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
         assert np.abs(got - mine).max() <= step * 1.01 and np.mean(got != mine) < 0.01
         assert np.abs(got - want).max() <= 3 * step + 1e-6
         assert np.mean(got != want) < 0.05
+
+
+@needs_vnni
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_an_onnxruntime_qoperator_cnn_runs_as_integer_kernels(tmp_path: pytest.TempPathFactory,
+                                                              activations: str) -> None:
+    """The QOperator form: every conv a QLinearConv (the depthwise one group by group), the
+    residual a com.microsoft::QLinearAdd as a generated kernel; ONNX Runtime's results exactly."""
+    path = str(tmp_path / "q.onnx")  # type: ignore[operator]
+    _qdq_cnn(path, activations, operators=True)
+    model = onnx.load(path)
+    assert {n.op_type for n in model.graph.node} >= {"QLinearConv", "QLinearAdd"}
+    graph = md.optimize(md.import_onnx(model), level="aggressive")
+    sess = md.compile(graph, target="x86", cache=False)
+    reasons = [e.reason for e in sess.executable.plan]
+    assert sum("md_qconv" in r for r in reasons) == 4 and not any("reference" in r for r in reasons), reasons
+    ort_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = md.compile(graph, target="reference")
+    for n in (1, 3):
+        x = RNG.standard_normal((n, 3, 20, 20)).astype(np.float32)
+        got = sess.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, ref.run({"x": x})["y"])
+        np.testing.assert_array_equal(got, ort_sess.run(None, {"x": x})[0])
 
 
 def _qgemm_model(trans_b: int, alpha: float, float_output: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
