@@ -10,12 +10,15 @@ by ``md_qgemm`` / ``md_qconv``) run interleaved in one process (``metadef.testin
 medians in ms, the ratio metadef / ORT, the largest difference from ORT's output (in units of
 its largest value), metadef's compile time, and how many products ran as integer kernels.
 
-``--method dynamic`` quantizes with ``quantize_dynamic`` instead (int8 weights; the activations'
+``--format qoperator`` writes the static model in ORT's QOperator form (``QLinearConv``,
+``QLinearMatMul``, ``com.microsoft::QLinearAdd`` / ``QLinearGlobalAveragePool`` / ``QGemm``)
+instead of QDQ. ``--method dynamic`` quantizes with ``quantize_dynamic`` instead (int8 weights; the activations'
 scale and zero point computed per run by ``DynamicQuantizeLinear``, each product a
 ``MatMulInteger`` or ``ConvInteger`` scaled back to float32: how most transformers are quantized
 for the CPU), with no calibration and no pre-processing.
 
-    .venv/bin/python bench/x86_quantized.py [--method static|dynamic] [--activations int8|uint8]
+    .venv/bin/python bench/x86_quantized.py [--method static|dynamic] [--format qdq|qoperator]
+        [--activations int8|uint8]
         [--threads 1] [--batch 1] [--runs 20] [--only resnet50 bert]
 """
 
@@ -38,8 +41,9 @@ from metadef.cli_bench import ort_session
 from metadef.testing.timing import time_interleaved
 
 
-def quantized(name: str, activations: str, folder: str) -> bytes:
-    """The zoo model ``name``, pre-processed and quantized to QDQ by ONNX Runtime's tools."""
+def quantized(name: str, activations: str, folder: str, operators: bool = False) -> bytes:
+    """The zoo model ``name``, pre-processed and quantized to QDQ (``operators``: QOperator) by
+    ONNX Runtime's tools."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -57,8 +61,8 @@ def quantized(name: str, activations: str, folder: str) -> bytes:
 
     kind = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
     with contextlib.chdir(folder):  # (the calibrator leaves a large model's weights in the working folder)
-        quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=kind,
-                        weight_type=QuantType.QInt8)
+        quantize_static(pre, out, Reader(), quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+                        activation_type=kind, weight_type=QuantType.QInt8)
     with open(out, "rb") as f:
         return f.read()
 
@@ -77,6 +81,8 @@ def dynamic(name: str, folder: str) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--format", choices=("qdq", "qoperator"), default="qdq",
+                        help="static only: QDQ (ORT's default) or QOperator (QLinearConv, QLinearAdd, ...)")
     parser.add_argument("--activations", choices=("int8", "uint8"), default="int8",
                         help="static only (dynamic's are uint8)")
     parser.add_argument("--threads", type=int, default=1)
@@ -86,7 +92,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="zoo models whose name contains one of these")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # (the quantizer's advice to pre-process, which we did)
-    what = f"activations {args.activations}" if args.method == "static" else "quantize_dynamic"
+    what = f"{args.format}, activations {args.activations}" if args.method == "static" else "quantize_dynamic"
     print(f"{what}, threads {args.threads}, batch {args.batch}, level {args.level}\n"
           "| model | metadef ms | ORT ms | ratio | max diff | compile s | integer products |\n"
           "|---|---|---|---|---|---|---|")
@@ -94,7 +100,8 @@ def main() -> None:
         for name in md.zoo.names():
             if args.only and not any(o.lower() in name.lower() for o in args.only):
                 continue
-            data = quantized(name, args.activations, folder) if args.method == "static" else dynamic(name, folder)
+            data = quantized(name, args.activations, folder, args.format == "qoperator") \
+                if args.method == "static" else dynamic(name, folder)
             feeds = md.zoo.describe(name).example_inputs(batch=args.batch)
             ort = ort_session(data, args.threads)
             t0 = time.perf_counter()
@@ -108,7 +115,7 @@ def main() -> None:
                                       iterations=args.runs)
             a, b = (statistics.median(sample.times[k]) * 1e3 for k in ("metadef", "ort"))
             integer = sum("md_qgemm" in e.reason or "md_qconv" in e.reason for e in sess.executable.plan)
-            kinds = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger")
+            kinds = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "QGemm")
             products = sum(n.op_type in kinds for n in onnx.load_from_string(data).graph.node)
             print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} | {diff:.0e} | {compiled:.2f} | "
                   f"{integer} of {products} |", flush=True)
