@@ -1,6 +1,6 @@
 """ONNX Runtime's quantized contrib ops of the QOperator form (domain ``com.microsoft``):
 ``QLinearAdd``, ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``,
-``QLinearGlobalAveragePool``, ``QLinearAveragePool`` and ``QLinearConcat``.
+``QLinearGlobalAveragePool``, ``QLinearAveragePool``, ``QLinearSoftmax`` and ``QLinearConcat``.
 
 ONNX Runtime's quantizer writes them (``quantize_static(..., quant_format=QuantFormat.QOperator)``,
 and the int8 models of the ONNX model zoo) between its ``QLinearConv`` / ``QLinearMatMul``
@@ -289,6 +289,48 @@ QLinearAveragePool = metaop(
 )
 
 
+# -------------------------------------------------------------------------- QLinearSoftmax
+
+
+def _softmax_semantics(attrs: Mapping[str, Any], shapes: Shapes, values: Values) -> Any:
+    """Over the last axis: the row's maximum and sum of exponentials of the dequantized values,
+    each output quantized (another axis runs the reference)."""
+    got = _pool_operands(shapes, values)
+    if got is None or not shapes[0] or int(attrs["axis"]) % len(shapes[0]) != len(shapes[0]) - 1:
+        return None
+    sx, zx, sy, zy, bounds = got
+    ix = ", ".join(f"i{k}" for k in range(len(shapes[0]) - 1))
+    lead = f"{ix}, " if ix else ""
+
+    def dq(v: str) -> str:
+        return f"({_dq(f'X[{lead}{v}]', sx, zx)})"
+
+    return (f"t_max[{ix}] = max[k] {dq('k')}\n"
+            f"t_sum[{ix}] = sum[k] exp({dq('k')} - t_max[{ix}])\n"
+            f"Y[{lead}j] = {_q(f'exp({dq(chr(106))} - t_max[{ix}]) / t_sum[{ix}] / {sy}', zy)}"), bounds
+
+
+def _softmax_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    x, sx, zx, sy, zy = (list(inputs) + [None] * 5)[:5]
+    fx = (np.asarray(x, np.float32) - np.float32(0 if zx is None else np.asarray(zx).reshape(()))) \
+        * np.float32(np.asarray(sx).reshape(()))
+    axis = int(attrs["axis"]) % max(fx.ndim, 1)
+    axes = tuple(range(axis, fx.ndim)) if int(attrs["opset"]) < 13 else (axis,)  # (opset < 13: the axes from axis)
+    e = np.exp(fx - fx.max(axis=axes, keepdims=True))
+    y = (e / e.sum(axis=axes, keepdims=True)).astype(np.float32) / np.float32(np.asarray(sy).reshape(()))
+    dtype = np.asarray(x).dtype if zy is None else np.asarray(zy).dtype
+    out = np.rint(y) + np.float32(0 if zy is None else np.asarray(zy).reshape(()))
+    return np.clip(out, *saturation(dtype)).astype(dtype)
+
+
+QLinearSoftmax = metaop(
+    "QLinearSoftmax", domain=DOMAIN, inputs=_POOL_INPUTS, outputs=("Y: T",),
+    attrs={"axis": int_(-1), "opset": int_(REQUIRED)}, types="T in {int8, uint8}", rule=_unary_rule,
+    semantics=_softmax_semantics, reference=_softmax_reference, role=Role.REDUCTION, reads=(4,), passed=(1, 2, 3, 4),
+    since=(1,), doc="Quantized Softmax: quantize(softmax(dequantize(x))) over axis (opset < 13: the axes from it).",
+)
+
+
 # --------------------------------------------------------------------------- QLinearConcat
 
 
@@ -337,4 +379,4 @@ QLinearConcat = metaop(
 
 
 __all__ = ["DOMAIN", "QLinearAdd", "QLinearAveragePool", "QLinearConcat", "QLinearGlobalAveragePool",
-           "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid"]
+           "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid", "QLinearSoftmax"]

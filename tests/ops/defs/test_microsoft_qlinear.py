@@ -124,3 +124,17 @@ def test_qlinear_shapes_and_errors() -> None:
     with pytest.raises(ShapeError, match="channels_last=1 is not supported"):
         _infer("QLinearAveragePool", ["u8[b,9,9,16]", "f32[]", "u8[]", "f32[]", "u8[]"],
                {"kernel_shape": [3, 3], "channels_last": 1})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qlinear_softmax_is_onnxruntimes(dtype: type) -> None:
+    z = lambda v: np.asarray(v, dtype)  # noqa: E731
+    consts = {"sx": np.float32(0.05), "zx": z(10), "sy": np.float32(1 / 256), "zy": z(0 if dtype is np.uint8 else -128)}
+    names = ["x", "sx", "zx", "sy", "zy"]
+    feeds = {"x": _ints(dtype, 4, 10)}
+    _check(_model("QLinearSoftmax", feeds, consts, names, axis=-1, opset=13), feeds)
+    feeds = {"x": _ints(dtype, 2, 3, 10)}  # (another axis: the reference kernel, on x86 too)
+    model = _model("QLinearSoftmax", feeds, consts, names, axis=1, opset=13)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(next(iter(md.compile(md.import_onnx(model), target="x86", cache=False)
+                                            .run(feeds).values())), want)
