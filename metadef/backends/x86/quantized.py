@@ -193,7 +193,7 @@ def qgemm_function(node: Node) -> Any:
             plans[:] = [(list(args[1:]), qgemm_plan(node, [None, *args[1:]], native))]
         plan = plans[0][1]
         if isinstance(plan, str):
-            return _reference(node, args)
+            return _activations_product(node, args)
         if plan.weights is not None:
             a = np.asarray(args[0])
             acc = exact_product(a.reshape(-1, plan.k).astype(np.float32), plan.weights) + plan.corr[:plan.n]
@@ -209,6 +209,26 @@ def qgemm_function(node: Node) -> Any:
         return y
 
     return run
+
+
+def _activations_product(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
+    """A QLinearMatMul of two activations (attention's products in a QOperator model): the
+    integer sums exact through float32 batched products (BLAS) over chunks of 256 depths (8-bit
+    values less their zero points: each chunk's sums below 2**24), requantized as the reference
+    does; other forms (per-row scales, a QGemm) run the reference."""
+    a, sa, za, b, sb, zb, sy, zy = (list(args) + [None] * 8)[:8]
+    if node.op != "QLinearMatMul" or a is None or b is None or np.ndim(a) < 2 or np.ndim(b) < 2 \
+            or not all(_per_tensor(v) for v in (sa, za, sy, zy)) or np.size(zb) not in (1, np.shape(b)[-1]):
+        return _reference(node, args)
+    fa = np.asarray(a, np.float32) - np.float32(np.asarray(za).reshape(()))
+    fb = np.asarray(b, np.float32) - np.asarray(zb, np.float32).reshape(-1 if np.size(zb) > 1 else ())
+    acc = np.zeros(np.broadcast_shapes(fa.shape[:-2], fb.shape[:-2]) + (fa.shape[-2], fb.shape[-1]), np.int64)
+    for k0 in range(0, fa.shape[-1], 256):
+        acc += np.matmul(fa[..., k0:k0 + 256], fb[..., k0:k0 + 256, :]).astype(np.int64)
+    multiplier = np.asarray(sa, np.float32).reshape(()) * np.asarray(sb, np.float32).reshape(
+        -1 if np.size(sb) > 1 else ()) / np.asarray(sy, np.float32).reshape(())
+    scaled = np.rint(acc.astype(np.int32).astype(np.float32) * multiplier) + np.float32(np.asarray(zy).reshape(()))
+    return np.clip(scaled, *saturation(np.asarray(zy).dtype)).astype(np.asarray(zy).dtype)
 
 
 def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
@@ -236,6 +256,9 @@ def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, st
     values = constants(node)
     native = has_vnni()
     plan = qgemm_plan(node, values, native) if values[3] is not None else None  # (in a group: known at run time)
+    b = node.inputs[3].type if len(node.inputs) > 3 and node.inputs[3] is not None else None
+    if plan is None and node.op == "QLinearMatMul" and b is not None and b.shape is not None and len(b.shape) != 2:
+        return qgemm_function(node), "exact integer products of two activations through float32 batched sgemm"
     if isinstance(plan, str):
         return None, plan
     if not native:

@@ -422,3 +422,23 @@ def test_a_quantized_model_saved_to_mdef_keeps_int8_weights(tmp_path: pytest.Tem
     direct = md.compile(md.optimize(md.import_onnx(onnx.load(path)), level="aggressive"), target="x86", cache=False)
     x = RNG.standard_normal((2, 3, 20, 20)).astype(np.float32)
     np.testing.assert_array_equal(loaded.run({"x": x})["y"], direct.run({"x": x})["y"])
+
+
+@pytest.mark.parametrize("k", [64, 300])
+def test_a_qlinear_matmul_of_two_activations_is_exact(k: int) -> None:
+    """Attention's products in a QOperator model (both operands computed): exact integer sums
+    through float32 batched products in chunks of 256 depths, the reference's bytes."""
+    b = GraphBuilder("g")
+    c = b.const
+    y, = b.node("QLinearMatMul", [b.input("a", parse_type(f"u8[n,4,16,{k}]")), c("sa", np.float32(0.03)),
+                                  c("za", np.uint8(120)), b.input("b", parse_type(f"u8[n,4,{k},24]")),
+                                  c("sb", np.float32(0.02)), c("zb", np.uint8(9)),
+                                  c("sy", np.float32(0.03 * 0.02 * 60 * np.sqrt(k))), c("zy", np.uint8(128))])
+    b.output(y)
+    graph = b.build()
+    sess = md.compile(graph, target="x86", cache=False)
+    assert "two activations" in sess.executable.plan[0].reason, sess.executable.plan[0].reason
+    feeds = {"a": _ints(np.uint8, (2, 4, 16, k)), "b": _ints(np.uint8, (2, 4, k, 24))}
+    (got,), (want,) = sess.run(feeds).values(), md.compile(graph, target="reference").run(feeds).values()
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 20
