@@ -22,7 +22,7 @@ Example:
     >>> op = get_op("QLinearAdd", DOMAIN)
     >>> y, = infer_types(op, "/add", [parse_type("u8[b,8,4,4]"), parse_type("f32[]"), parse_type("u8[]"),
     ...     parse_type("u8[b,8,4,4]"), parse_type("f32[]"), parse_type("u8[]"), parse_type("f32[]"),
-    ...     parse_type("u8[]")])
+    ...     parse_type("u8[]")], {})
     >>> str(y)
     'u8[b,8,4,4]'
 """
