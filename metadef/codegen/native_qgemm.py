@@ -159,16 +159,16 @@ def _intrinsic(module: ir.Module, name: str, typ: ir.FunctionType) -> ir.Functio
 
 def _depth_loop(b: ir.IRBuilder, steps: ir.Value, start: list[ir.Value],
                 step: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """int32 accumulators (16 lanes) from ``start`` (the correction: no add in the stores) over
-    depth steps ``[0, steps)``: ``step(s, accs)`` gives their next values."""
-    count = len(start)
+    """Accumulators (of ``start``'s types: int32 x 16 for the tiles, the correction in them so
+    that the stores add nothing) over depth steps ``[0, steps)``: ``step(s, accs)`` gives their
+    next values."""
     pre = b.block
     head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
     b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
     b.position_at_end(head)
     s = b.phi(I64)
     s.add_incoming(I64(0), pre)
-    accs = [b.phi(V16I) for _ in range(count)]
+    accs = [b.phi(first.type) for first in start]
     for acc, first in zip(accs, start):
         acc.add_incoming(first, pre)
     new = step(s, list(accs))
@@ -181,7 +181,7 @@ def _depth_loop(b: ir.IRBuilder, steps: ir.Value, start: list[ir.Value],
     b.position_at_end(after)
     out = []
     for value, first in zip(new, start):
-        merged = b.phi(V16I)
+        merged = b.phi(first.type)
         merged.add_incoming(first, pre)
         merged.add_incoming(value, latch)
         out.append(merged)
@@ -332,33 +332,19 @@ def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int,
     pre = b.block
     with b.if_then(b.icmp_signed("!=", wide, I64(0))):  # (every row's chunks in one loop, sums in registers)
         chunks = b.sdiv(b.add(k, I64(63)), I64(64))
-        entry = b.block
-        head, done = b.append_basic_block("row_sums"), b.append_basic_block("row_sums_done")
-        b.cbranch(b.icmp_signed(">", chunks, I64(0)), head, done)
-        b.position_at_end(head)
-        j = b.phi(I64)
-        j.add_incoming(I64(0), entry)
-        accs = [b.phi(v8q) for _ in range(mr)]
-        for acc in accs:
-            acc.add_incoming(ir.Constant(v8q, [0] * 8), entry)
-        left = b.sub(k, b.mul(j, I64(64)))
-        ones = b.select(b.icmp_signed(">=", left, I64(64)), I64(-1), b.sub(b.shl(I64(1), left), I64(1)))
-        lanes = b.bitcast(ones, bits)
-        new = []
-        for r in range(mr):  # (lanes past k load as the flip mask: 0 once flipped)
-            v = b.call(load, [b.gep(rows[r], [b.mul(j, I64(64))], source_etype=I8), I32(1), lanes, flipped])
-            new.append(b.add(accs[r], b.call(sad, [b.xor(v, flipped), zero])))
-        nxt = b.add(j, I64(1))
-        j.add_incoming(nxt, head)
-        for acc, value in zip(accs, new):
-            acc.add_incoming(value, head)
-        b.cbranch(b.icmp_signed("<", nxt, chunks), head, done)
-        b.position_at_end(done)
-        merged = [b.phi(v8q) for _ in new]
-        for phi, value in zip(merged, new):
-            phi.add_incoming(ir.Constant(v8q, [0] * 8), entry)
-            phi.add_incoming(value, head)
-        sums = [b.trunc(b.call(total, [phi]), I32) for phi in merged]
+
+        def step(j: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            left = b.sub(k, b.mul(j, I64(64)))
+            ones = b.select(b.icmp_signed(">=", left, I64(64)), I64(-1), b.sub(b.shl(I64(1), left), I64(1)))
+            lanes = b.bitcast(ones, bits)
+            new = []
+            for r in range(mr):  # (lanes past k load as the flip mask: 0 once flipped)
+                v = b.call(load, [b.gep(rows[r], [b.mul(j, I64(64))], source_etype=I8), I32(1), lanes, flipped])
+                new.append(b.add(accs[r], b.call(sad, [b.xor(v, flipped), zero])))
+            return new
+
+        summed = _depth_loop(b, chunks, [ir.Constant(v8q, [0] * 8)] * mr, step)
+        sums = [b.trunc(b.call(total, [v]), I32) for v in summed]
         inside = b.block
     out = []
     for value in sums:
