@@ -25,6 +25,12 @@ weights into float32 ones.
   ``com.microsoft::MatMulIntegerToFloat``, and an ``Add`` of a constant bias a column after it
   into its ``bias`` (as ONNX Runtime's own fusion does). Exact: the same int32 sum, scaled and
   biased in the same float32 steps.
+- ``exact_depthwise_qlinear_conv``: a depthwise ``QLinearConv`` (ONNX Runtime's QOperator form
+  has them; its QDQ form keeps them float) -> the same sums in float32, exactly: ``Conv`` of
+  ``x - x_zero_point`` and ``W - w_zero_point`` (8-bit values: every partial sum an integer
+  below 2**24), then the reference's requantization (int32 bias, ``x_scale * w_scale / y_scale``
+  in float32, ``Round``, the zero point, ``Clip``), so the float depthwise kernels run it and the
+  result is the reference's byte for byte.
 - ``drop_qdq_around_moves``: ``QuantizeLinear(M(DequantizeLinear(x), ...))`` where ``M`` only
   moves or selects values (MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather,
   Slice, Expand, DepthToSpace, SpaceToDepth, a nearest Resize) and both sides have the same
@@ -62,7 +68,7 @@ import numpy as np
 
 from metadef.ir import Graph, Value
 from metadef.passes.base import PassContext
-from metadef.passes.patterns.common import emit, escaping
+from metadef.passes.patterns.common import emit, escaping, fused_name
 from metadef.rewrite import GraphEditor, Match, Refusal, Rule, const, op, rewrite, var
 from metadef.rewrite.engine import Built
 from metadef.rewrite.pattern import Pattern
@@ -196,6 +202,49 @@ def _float_bias(m: Match, ed: GraphEditor) -> Built:
     return emit(m, ed, "MatMulIntegerToFloat", [*inputs, m.value("bias")], domain="com.microsoft")
 
 
+_ONNX_FLOAT, _ONNX_INT32 = 1, 6
+_ONNX_CODES = {np.dtype(np.uint8): 2, np.dtype(np.int8): 3}
+
+
+def _depthwise_in_float(m: Match, ed: GraphEditor) -> Built:
+    conv = m.node("conv")
+    x, w = m.value("x"), np.asarray(m.value("w").const)
+    k = w.shape[0] if w.ndim == 4 else 0
+    group = int(conv.attrs.get("group", 1) or 1)
+    if w.ndim != 4 or w.shape[1] != 1 or group != k or group == 1:
+        return Refusal("not a depthwise conv (one input channel per group)")
+    if 255 * 128 * w.shape[2] * w.shape[3] >= 2**24:
+        return Refusal(f"a {w.shape[2]}x{w.shape[3]} window's sums may not be exact in float32")
+    sx, zx, sw, zw, sy, zy = (np.asarray(m.value(n).const) for n in ("sx", "zx", "sw", "zw", "sy", "zy"))
+    if any(v.size != 1 for v in (sx, zx, sy, zy)) or sw.size not in (1, k) or zw.size not in (1, k):
+        return Refusal("the scales and zero points are not per tensor (the weights': or per channel)")
+    shifted = np.asarray(w, np.float32) - np.asarray(zw, np.float32).reshape(-1, 1, 1, 1)
+    if np.abs(shifted).max(initial=0) > 128 or zy.dtype not in _ONNX_CODES:
+        return Refusal("the weights less their zero point are not 8-bit, or the output is not")
+    bias = np.asarray(m.value("b").const) if m.has("b") else None
+    name = fused_name(conv, "DepthwiseInFloat")
+    xf, = ed.add("Cast", [x], {"to": _ONNX_FLOAT}, name=name)
+    xs, = ed.add("Sub", [xf, ed.const("zx", np.float32(zx.reshape(())))], name=name)
+    attrs = {a: v for a, v in conv.attrs.items() if a in ("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                                          "strides")}
+    sums, = ed.add("Conv", [xs, ed.const("w", shifted)], attrs, name=name)
+    acc, = ed.add("Cast", [sums], {"to": _ONNX_INT32}, name=name)
+    if bias is not None:
+        acc, = ed.add("Add", [acc, ed.const("bias", np.asarray(bias, np.int32).reshape(-1, 1, 1))], name=name)
+    # the reference's multiplier exactly: (x_scale * w_scale) / y_scale in float32
+    mult = np.float32(sx.reshape(())) * np.broadcast_to(np.asarray(sw, np.float32).reshape(-1), (k,)) \
+        / np.float32(sy.reshape(()))
+    f, = ed.add("Cast", [acc], {"to": _ONNX_FLOAT}, name=name)
+    scaled, = ed.add("Mul", [f, ed.const("mult", mult.astype(np.float32).reshape(-1, 1, 1))], name=name)
+    rounded, = ed.add("Round", [scaled], name=name)
+    shifted_y, = ed.add("Add", [rounded, ed.const("zy", np.float32(zy.reshape(())))], name=name)
+    info = np.iinfo(zy.dtype)
+    clipped, = ed.add("Clip", [shifted_y, ed.const("lo", np.float32(info.min)), ed.const("hi", np.float32(info.max))],
+                      name=name)
+    y, = ed.add("Cast", [clipped], {"to": _ONNX_CODES[zy.dtype]}, name=name)
+    return y
+
+
 def _moved(m: Match, ed: GraphEditor) -> Built:
     refusal = escaping(m, ed, shared=("dq_a",))
     if refusal is not None:
@@ -256,6 +305,11 @@ quantized_rules = [
          op("Add", op("MatMulIntegerToFloat", name="product", domain="com.microsoft"), const("bias"), name="add",
             commutative=True),
          _float_bias, doc="Add(MatMulIntegerToFloat(...), bias) -> MatMulIntegerToFloat(..., bias)"),
+    *(Rule("exact_depthwise_qlinear_conv",
+           op("QLinearConv", var("x"), *(const(n) for n in ("sx", "zx", "w", "sw", "zw", "sy", "zy")), *bias,
+              name="conv"),
+           _depthwise_in_float, doc="a depthwise QLinearConv -> its exact sums as a float Conv, requantized")
+      for bias in ((const("b"),), ())),
     *(Rule("drop_qdq_around_moves", _quantized(op(move, _DQ_A, *(var() for _ in range(rest)), name="move")), _moved,
            doc="QuantizeLinear(M(DequantizeLinear(x), ...)) at one scale -> M(x, ...), M only moving values")
       for move, counts in _MOVES.items() for rest in counts),

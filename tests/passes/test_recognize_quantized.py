@@ -262,3 +262,45 @@ def test_what_is_not_a_dynamic_layer_stays_with_the_reason(case: dict, reason: s
     assert refused and reason in refused[0], log.lines()
     ops = [n.op for n in new.nodes]
     assert ("MatMulIntegerToFloat" in ops) == ("bias_shape" in case)  # (an odd bias stays an Add after it)
+
+
+def _qlinear_depthwise(group: int = 8, kernel: int = 3, per_channel: bool = True, bias: bool = True) -> Graph:
+    """A QLinearConv over 8 channels in ``group`` groups (8: depthwise, as ONNX Runtime's
+    QOperator form writes MobileNet's)."""
+    b = GraphBuilder("g")
+    c = b.const
+    w = RNG.integers(-128, 128, (8, 8 // group, kernel, kernel)).astype(np.int8)
+    sw = RNG.uniform(0.002, 0.01, 8).astype(np.float32) if per_channel else np.float32(0.006)
+    inputs = [b.input("x", parse_type("u8[n,8,9,9]")), c("sx", np.float32(0.05)), c("zx", np.uint8(100)), c("w", w),
+              c("sw", sw), c("zw", np.zeros(np.shape(sw), np.int8)), c("sy", np.float32(0.3)), c("zy", np.uint8(128))]
+    if bias:
+        inputs.append(c("b", RNG.integers(-3000, 3000, 8).astype(np.int32)))
+    y, = b.node("QLinearConv", inputs, {"group": group, "pads": [kernel // 2] * 4, "kernel_shape": [kernel] * 2},
+                name="conv")
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("case", [{}, {"per_channel": False}, {"bias": False}, {"kernel": 5}])
+def test_a_depthwise_qlinear_conv_becomes_its_exact_float_sums(case: dict) -> None:
+    graph = _qlinear_depthwise(**case)
+    log = DecisionLog()
+    new = recognize_quantized(graph, PassContext(log=log))
+    assert "QLinearConv" not in [n.op for n in new.nodes] and "Conv" in [n.op for n in new.nodes], log.lines()
+    for n in (1, 2):
+        feeds = {"x": RNG.integers(0, 256, (n, 8, 9, 9)).astype(np.uint8)}
+        want = md.compile(graph, target="reference").run(feeds)
+        got = md.compile(new, target="reference").run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+            assert len(np.unique(want[name])) > 20
+
+
+def test_a_grouped_qlinear_conv_that_is_not_depthwise_stays() -> None:
+    log = DecisionLog()
+    new = recognize_quantized(_qlinear_depthwise(group=4), PassContext(log=log))
+    assert [n.op for n in new.nodes] == ["QLinearConv"]
+    refused = [line for line in log.lines() if line.startswith("refused exact_depthwise_qlinear_conv")]
+    assert refused and "not a depthwise conv" in refused[0], log.lines()
+    kept = md.optimize(_qlinear_depthwise(), level="moderate", disable_rules=["exact_depthwise_qlinear_conv"])
+    assert [n.op for n in kept.nodes] == ["QLinearConv"]
