@@ -15,7 +15,8 @@ weights into float32 ones.
 - ``recognize_qlinear_conv``: ``QuantizeLinear(Conv(DequantizeLinear(x), DequantizeLinear(W)
   (, DequantizeLinear(B))))`` with constant 8-bit weights (scale per tensor or per output
   channel), an ungrouped Conv, and a bias of int32 at scale ``x_scale * w_scale`` (ONNX
-  Runtime's) -> ``QLinearConv``. Grouped and depthwise convs keep the float form.
+  Runtime's) -> ``QLinearConv`` (grouped and depthwise convs too: ``exact_depthwise_qlinear_conv``
+  then gives a depthwise one to the float depthwise kernels, exactly).
 - ``recognize_qgemm``: the same around ``Gemm`` (``transA`` 0, ``beta`` 1, its bias int32 at
   ``a_scale * w_scale``) -> ONNX Runtime's ``com.microsoft::QGemm`` (PyTorch exports a Linear
   layer on 2-D inputs as Gemm).
@@ -116,8 +117,6 @@ def _qlinear_conv(m: Match, ed: GraphEditor) -> Built:
     if refusal is not None:
         return refusal
     conv = m.node("conv")
-    if int(conv.attrs.get("group", 1) or 1) != 1:
-        return Refusal("a grouped conv keeps its float form (its weights are few)")
     k = _operands(m, 4, 0, "output channel")
     if isinstance(k, Refusal):
         return k

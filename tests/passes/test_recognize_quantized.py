@@ -111,7 +111,18 @@ def test_qdq_conv_becomes_qlinear_conv_within_a_step(w_scale: np.ndarray | None)
         assert diff.max() <= 1 and diff.mean() < 0.01
 
 
-@pytest.mark.parametrize("case,reason", [({"group": 2}, "grouped"), ({"bias_scale": 0.1}, "the bias is not int32")])
+def test_a_grouped_qdq_conv_becomes_a_grouped_qlinear_conv_within_a_step() -> None:
+    graph = _qdq_conv(group=2)
+    new = md.optimize(graph, level="moderate")
+    assert [n.op for n in new.nodes] == ["QLinearConv"] and new.nodes[0].attrs["group"] == 2
+    x = RNG.integers(-128, 128, (2, 8, 10, 10)).astype(np.int8)
+    got, want = (md.compile(g, target="reference").run({"x": x}) for g in (new, graph))
+    for name in want:
+        diff = np.abs(got[name].astype(int) - want[name].astype(int))
+        assert diff.max() <= 1 and diff.mean() < 0.01
+
+
+@pytest.mark.parametrize("case,reason", [({"bias_scale": 0.1}, "the bias is not int32")])
 def test_a_conv_that_is_not_a_quantized_conv_stays_with_the_reason(case: dict, reason: str) -> None:
     log = DecisionLog()
     new = md.optimize(_qdq_conv(**case), level="moderate", log=log)

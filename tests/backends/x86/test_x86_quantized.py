@@ -268,7 +268,8 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
     graph = md.optimize(md.import_onnx(onnx.load(path)), level="aggressive")
     sess = md.compile(graph, target="x86", cache=False)
     reasons = [e.reason for e in sess.executable.plan]
-    assert sum("md_qconv" in r for r in reasons) == 3, reasons  # (the depthwise conv keeps its float form)
+    assert sum("md_qconv" in r for r in reasons) == 3, reasons
+    assert any(r.startswith("depthwise 3x3") for r in reasons), reasons  # (its exact sums in float)
     ort_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     ref = md.compile(graph, target="reference")
     for n in (1, 3):
@@ -276,8 +277,9 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
         got = sess.run({"x": x})["y"]
         want = ort_sess.run(None, {"x": x})[0]
         step = float(np.abs(np.diff(np.unique(want))).min())
-        # the integer convs are the reference's bit for bit; the depthwise conv between them is
-        # float (md_depthwise sums in its own order), so a value it quantizes can land one step off
+        # fused, the residual group (QLinearConv, two DequantizeLinear, Add, QuantizeLinear) can
+        # land one step from the reference in a rare element (seed 1 of 15: 1 of 6,400; unfused,
+        # at level moderate, it is exact): not yet explained, allowed here
         mine = ref.run({"x": x})["y"]
         assert np.abs(got - mine).max() <= step * 1.01 and np.mean(got != mine) < 0.01
         assert np.abs(got - want).max() <= 3 * step + 1e-6
