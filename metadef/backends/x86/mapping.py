@@ -49,6 +49,7 @@ from metadef.backends.x86.quantized import (
 from metadef.backends.x86.quantized_float import (
     conv_integer_kernel,
     conv_integer_native,
+    qattention_node,
     qgemmf_kernel,
     qgemmf_native,
 )
@@ -500,6 +501,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "CastLike": (castlike_node,),
     **{op: (softmax_node, generated_node) for op in ("Softmax", "LogSoftmax")},
     "TopK": (topk_node,),
+    "com.microsoft::QAttention": (qattention_node,),
     **{op: (recurrent_node,) for op in ("RNN", "GRU", "LSTM")},
     "Concat": (movement.concat_node,),
     "Split": (movement.split_node,),

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from metadef.backends.x86.choice import attrs_of
+from metadef.backends.x86.choice import Choice, attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
 from metadef.backends.x86.quantized import (
     NO_VNNI,
@@ -55,7 +55,9 @@ from metadef.backends.x86.quantized import (
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemmf_dims
 from metadef.ir import Node
+from metadef.ops.defs.microsoft import attention_of_projection
 from metadef.ops.defs.nn_pool import window
+from metadef.shape import TensorType
 
 
 @dataclass(frozen=True)
@@ -148,13 +150,23 @@ def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = 
         a_scale = None if sa is None else np.asarray(sa, np.float32).reshape(1)
         if given[6] and bias is None:
             return "the bias is not a constant"
+    if given[5 if node.op != "QGemm" else 3] and zw is None:
+        return "the weights' zero point is not a constant"
+    return float_plan(a.dtype.numpy, w, sw, zw, bias, base, a_scale, za, native)
+
+
+def float_plan(a_dtype: np.dtype, w: np.ndarray | None, sw: np.ndarray | None, zw: np.ndarray | None,
+               bias: np.ndarray | None, base: np.ndarray | None, a_scale: np.ndarray | None,
+               za: np.ndarray | None, native: bool = True) -> QGemmFloatPlan | str:
+    """The :class:`QGemmFloatPlan` of an integer product scaled to float: activations of
+    ``a_dtype``, constant weights ``w [k, n]`` with their scale and zero point (``zw`` None: 0),
+    a float32 ``bias`` and an int32 ``base`` (each None or a column each); the activations'
+    scale and zero point where constant (None: read at run time). Or why it cannot run."""
     if w is None or np.ndim(w) != 2:
         return "the weights are not a constant 2-D tensor"
     k, n = w.shape
     if sw is None or np.size(sw) not in (1, n) or np.ndim(sw) > 1 or (zw is not None and np.size(zw) not in (1, n)):
         return "the weights' scale or zero point is not one constant or one a column"
-    if given[5 if node.op != "QGemm" else 3] and zw is None:
-        return "the weights' zero point is not a constant"
     if bias is not None and np.size(bias) not in (1, n):
         return "the bias is not one value or one a column"
     if not 4 <= k <= MAX_DEPTH:
@@ -167,13 +179,13 @@ def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = 
             return "the weights less their zero point do not fit in int8"
         # (W - zw) = (W - 128) + (128 - zw): the second part times each row's byte sum (md_qgemmf's ``wide``)
         shifted, rowterm = np.asarray(w, np.int32) - 128, 128 - zeros.astype(np.int64)
-    flip = a.dtype.numpy == np.int8 and native
+    flip = a_dtype == np.int8 and native
     packed, colsum = pack_qgemm_weights(shifted.astype(np.int8)) if native else (None, shifted.sum(axis=0))
     colsum = colsum + k * rowterm  # (the row term's share of the zero point's correction)
     c = np.zeros(n, np.int64) if base is None else np.broadcast_to(np.asarray(base, np.int64).reshape(-1), (n,))
     if np.abs(c).max(initial=0) + 256 * np.abs(colsum).max(initial=0) >= 2**31:
         return "C and the zero point's correction may not fit in int32"
-    a_zero = np.zeros(1, a.dtype.numpy) if za is None else np.asarray(za, a.dtype.numpy).reshape(1)
+    a_zero = np.zeros(1, a_dtype) if za is None else np.asarray(za, a_dtype).reshape(1)
     return QGemmFloatPlan(k, n, packed, _padded(c, n, np.int32), _padded(colsum, n, np.int32),
                           _padded(sw, n, np.float32), _padded(0.0 if bias is None else bias, n, np.float32), a_scale,
                           a_zero, flip, None if native else shifted.astype(np.float32), _padded(rowterm, n, np.int32))
@@ -198,24 +210,30 @@ def qgemmf_function(node: Node) -> Any:
         plan = plans[0][1]
         if isinstance(plan, str):
             return _reference(node, args)
-        sa = plan.a_scale if plan.a_scale is not None else np.asarray(args[at_scale], np.float32).reshape(1)
-        za = plan.a_zero if at_zero >= len(args) or args[at_zero] is None else \
-            np.ascontiguousarray(args[at_zero]).reshape(1)
-        a = np.ascontiguousarray(args[0])
-        if plan.weights is not None:
-            return plan.portable(a, sa, za)
-        m = a.size // plan.k
-        y = np.empty((*a.shape[:-1], plan.n), np.float32)
-        if y.size:
-            sa, za = np.ascontiguousarray(sa, np.float32), np.ascontiguousarray(za)
-            pointers = (ctypes.c_void_p * 10)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
-                                              plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
-                                              plan.rowterm.ctypes.data, sa.ctypes.data, za.ctypes.data, y.ctypes.data)
-            dims = plan.dims(m)
-            ENTRY(native_function("md_qgemmf"))(pointers, (ctypes.c_int64 * len(dims))(*dims))
-        return y
+        sa = plan.a_scale if plan.a_scale is not None else args[at_scale]
+        za = None if at_zero >= len(args) else args[at_zero]
+        return run_plan(plan, args[0], sa, za)
 
     return run
+
+
+def run_plan(plan: QGemmFloatPlan, a: Any, a_scale: Any, a_zero: Any) -> np.ndarray:
+    """The plan's product of activations ``a`` (any rank, ``k`` last) with this scale and zero
+    point (None: the plan's): one ``md_qgemmf`` call, or without VNNI the exact sgemm path."""
+    sa = np.ascontiguousarray(np.asarray(a_scale, np.float32).reshape(1))
+    za = plan.a_zero if a_zero is None else np.ascontiguousarray(np.asarray(a_zero).reshape(1))
+    a = np.ascontiguousarray(a)
+    if plan.weights is not None:
+        return plan.portable(a, sa, za)
+    m = a.size // plan.k
+    y = np.empty((*a.shape[:-1], plan.n), np.float32)
+    if y.size:
+        pointers = (ctypes.c_void_p * 10)(a.ctypes.data, plan.packed.ctypes.data, plan.base.ctypes.data,
+                                          plan.colsum.ctypes.data, plan.scale.ctypes.data, plan.bias.ctypes.data,
+                                          plan.rowterm.ctypes.data, sa.ctypes.data, za.ctypes.data, y.ctypes.data)
+        dims = plan.dims(m)
+        ENTRY(native_function("md_qgemmf"))(pointers, (ctypes.c_int64 * len(dims))(*dims))
+    return y
 
 
 def qgemmf_lowering(node: Node, plan: QGemmFloatPlan, sources: Sequence[Arg], out: Arg) -> Any:
@@ -276,6 +294,35 @@ def qgemmf_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence
         return qlinear_matmul_native(node, sources, out, consts)
     plan = qgemmf_plan(node, consts)
     return None if isinstance(plan, str) else qgemmf_lowering(node, plan, sources, out)
+
+
+# -------------------------------------------------------------------------------- QAttention
+
+
+def qattention_node(node: Node) -> Choice | str:
+    """ORT's ``QAttention``: its projection by ``md_qgemmf`` (the input's scale and zero point
+    read per run), the attention itself in numpy (batched BLAS products), from Python."""
+    x = node.inputs[0].type if node.inputs[0] is not None else None
+    if x is None or x.dtype.numpy not in (np.uint8, np.int8):
+        return "the input's type is unknown"
+    values = constants(node) + [None] * 9
+    if node.inputs[2] is None or values[2] is None:
+        return "the bias is not a constant"
+    if len(node.inputs) > 7 and node.inputs[7] is not None and values[7] is None:
+        return "the weights' zero point is not a constant"
+    native = has_vnni()
+    plan = float_plan(x.dtype.numpy, values[1], values[4], values[7], values[2], None, None, None, native)
+    if isinstance(plan, str):
+        return plan
+    attrs = attrs_of(node)
+
+    def run(args: Sequence[np.ndarray | None], out_types: Sequence[TensorType]) -> list[np.ndarray]:
+        get = list(args) + [None] * 9
+        proj = run_plan(plan, get[0], get[3], get[6])
+        return list(attention_of_projection(proj, attrs, get[5], get[8], np.float32))[:len(out_types)]
+
+    kernel = "md_qgemmf (our int8 kernel)" if native else f"exact integer products through float32 sgemm ({NO_VNNI})"
+    return Choice(run, "blas", f"QAttention: the projection by {kernel}, attention by numpy's batched products")
 
 
 # ------------------------------------------------------------------------------- ConvInteger
@@ -371,5 +418,5 @@ def conv_integer_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Se
 
 
 __all__ = ["QGemmFloatPlan", "conv_integer_function", "conv_integer_kernel", "conv_integer_native",
-           "conv_integer_plan", "float_output", "qgemmf_function", "qgemmf_kernel", "qgemmf_lowering", "qgemmf_native",
-           "qgemmf_plan"]
+           "conv_integer_plan", "float_output", "float_plan", "qattention_node", "qgemmf_function", "qgemmf_kernel",
+           "qgemmf_lowering", "qgemmf_native", "qgemmf_plan", "run_plan"]

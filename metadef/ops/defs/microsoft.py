@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -255,10 +256,17 @@ def _attention_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, An
     reason = _attention_unsupported(attrs, [a is not None for a in inputs])
     if reason:
         raise UnsupportedOpError(f"Attention: {reason}")
-    batch, seq, _ = x.shape
+    return attention_of_projection(x @ w + (0 if bias is None else bias), attrs, mask, past, x.dtype)
+
+
+def attention_of_projection(proj: np.ndarray, attrs: Mapping[str, Any], mask: np.ndarray | None,
+                            past: np.ndarray | None, dtype: Any) -> tuple:
+    """ORT's Attention from the projected ``[batch, seq, q + k + v]`` on: split heads,
+    ``softmax(scale * q k^T + mask) v``; the output and (k and v of one size) the present."""
+    batch, seq, _ = proj.shape
     heads = attrs["num_heads"]
-    sizes = _hidden_sizes(attrs, w.shape[1])
-    proj = x @ w + (0 if bias is None else bias)
+    sizes = _hidden_sizes(attrs, proj.shape[-1])
+
     q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
 
     def split(t: np.ndarray) -> np.ndarray:  # [b, s, n*h] -> [b, n, s, h]
@@ -288,8 +296,8 @@ def _attention_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, An
     probs = scores / scores.sum(axis=-1, keepdims=True)
     out = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
     if k.shape != v.shape:  # no present output then (the rule refuses to give one)
-        return (out.astype(x.dtype),)
-    return out.astype(x.dtype), np.stack([k, v]).astype(x.dtype)
+        return (out.astype(dtype),)
+    return out.astype(dtype), np.stack([k, v]).astype(dtype)
 
 
 Attention = metaop(
@@ -421,5 +429,53 @@ MatMulIntegerToFloat = metaop(
 )
 
 
-__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "MatMulIntegerToFloat", "QGemm",
-           "QuickGelu", "SkipLayerNormalization", "matmul_integer_to_float_reference"]
+
+# ------------------------------------------------------------- QAttention (ONNX Runtime's contrib op)
+
+_QATTENTION_ORDER = (0, 1, 2, 5, 8)
+"""QAttention's input, weight, bias, mask_index and past: Attention's first five inputs."""
+
+
+def qattention_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> tuple:
+    """ONNX Runtime's ``com.microsoft::QAttention`` in numpy: the projection as
+    ``MatMulIntegerToFloat`` (``(input - izp) @ (weight - wzp)`` in int32, times ``input_scale *
+    weight_scale``, plus ``bias``), then Attention's.
+
+    Example:
+        >>> x, w = np.ones((1, 2, 4), np.uint8), np.ones((4, 12), np.int8)
+        >>> out, present = qattention_reference([x, w, np.zeros(12, np.float32), np.float32(0.5), np.float32(1)],
+        ...                             {"num_heads": 2, "unidirectional": 0, "scale": 0.0, "qkv_hidden_sizes": None,
+        ...                              "mask_filter_value": -10000.0})
+        >>> out.shape, float(out[0, 0, 0])
+        ((1, 2, 4), 2.0)
+    """
+    x, w, bias, sx, sw, mask, zx, zw, past = (*inputs, *[None] * 9)[:9]
+    proj = matmul_integer_to_float_reference([x, w, sx, sw, zx, zw, bias], {})
+    return attention_of_projection(proj, attrs, mask, past, np.float32)
+
+
+def _qattention_rule(ctx: InferContext) -> list[Any]:
+    reordered = [ctx.inputs[i] if i < len(ctx.inputs) else None for i in _QATTENTION_ORDER]
+    if reordered[0] is not None:
+        reordered[0] = TensorType(FLOAT32, reordered[0].shape)
+    inner = dataclasses.replace(ctx, op=Attention, inputs=reordered,
+                                values=[ctx.values[i] if i < len(ctx.values) else None for i in _QATTENTION_ORDER])
+    return _attention_rule(inner)
+
+
+QAttention = metaop(
+    "QAttention", domain=DOMAIN,
+    inputs=("input: T1", "weight: T2", "bias: float32", "input_scale: float32", "weight_scale: float32",
+            "mask_index?: M", "input_zero_point?: T1", "weight_zero_point?: T2", "past?: float32"),
+    outputs=("output: float32", "present?: float32"),
+    attrs={"num_heads": int_(REQUIRED), "unidirectional": int_(0), "scale": float_(0.0),
+           "qkv_hidden_sizes": ints(None), "mask_filter_value": float_(-10000.0), "do_rotary": int_(0),
+           "past_present_share_buffer": int_(0), "rotary_embedding_dim": int_(0)},
+    types="T1 in {int8, uint8}; T2 in {int8, uint8}; M in {int32}", rule=_qattention_rule,
+    reference=qattention_reference, role=Role.OPAQUE, since=(1,),
+    doc="ONNX Runtime's quantized Attention: the QKV projection as an integer product scaled to float32.",
+)
+
+__all__ = ["Attention", "BiasGelu", "DOMAIN", "FastGelu", "FusedMatMul", "Gelu", "MatMulIntegerToFloat", "QAttention",
+           "QGemm", "QuickGelu", "SkipLayerNormalization", "attention_of_projection",
+           "matmul_integer_to_float_reference", "qattention_reference"]

@@ -218,3 +218,33 @@ def test_an_onnxruntime_dynamic_conv_net_runs_as_integer_convs(tmp_path: pytest.
         x = RNG.standard_normal((n, 3, 20, 20)).astype(np.float32)
         off = np.abs(sess.run({"x": x})["y"] - ort_sess.run(None, {"x": x})[0])
         assert off.max() <= 5e-2 and np.mean(off > 1e-5) < 0.02, (off.max(), np.mean(off > 1e-5))
+
+
+@needs_vnni
+@pytest.mark.parametrize("weights", ["int8", "uint8"])
+def test_qattention_runs_its_projection_as_md_qgemmf(weights: str) -> None:
+    """ORT's QAttention (an ORT-optimized transformer quantized by quantize_dynamic): the
+    projection by md_qgemmf, the result ONNX Runtime's."""
+    batch, seq, hidden, heads = 2, 7, 32, 4
+    w = _ints(np.int8, (hidden, 3 * hidden)) if weights == "int8" else _ints(np.uint8, (hidden, 3 * hidden))
+    consts = {"w": w, "bias": RNG.standard_normal(3 * hidden).astype(np.float32),
+              "sw": np.float32(0.004), "zw": np.asarray(0 if weights == "int8" else 20, w.dtype)}
+    node = helper.make_node("QAttention", ["x", "w", "bias", "sx", "sw", "mask", "zx", "zw"], ["y"],
+                            domain="com.microsoft", num_heads=heads)
+    graph = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info("x", TensorProto.UINT8, ["b", "s", hidden]),
+        helper.make_tensor_value_info("sx", TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("zx", TensorProto.UINT8, []),
+        helper.make_tensor_value_info("mask", TensorProto.INT32, ["b", "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", hidden])],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    sess = md.compile(md.import_onnx(model), target="x86", cache=False)
+    assert "md_qgemmf" in sess.executable.plan[0].reason, sess.executable.plan[0].reason
+    ort_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mask = np.ones((batch, seq), np.int32)
+    mask[0, 4:] = 0
+    feeds = {"x": _ints(np.uint8, (batch, seq, hidden)), "sx": np.array(0.03, np.float32),
+             "zx": np.array(121, np.uint8), "mask": mask}
+    np.testing.assert_allclose(sess.run(feeds)["y"], ort_sess.run(None, feeds)[0], rtol=1e-4, atol=1e-5)

@@ -210,3 +210,24 @@ def test_matmul_integer_to_float_is_onnxruntimes(a_dtype: type, per_column: bool
     while not names[-1]:
         names.pop()
     check_model(ms_model("MatMulIntegerToFloat", feeds, names), feeds, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------- QAttention
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_qattention_is_onnxruntimes(mask: bool) -> None:
+    """ORT's quantized Attention (what quantize_dynamic makes of an ORT-optimized transformer's
+    Attention): the integer projection scaled to float, then attention; ORT's results."""
+    batch, seq, hidden, heads = 2, 5, 16, 4
+    feeds = {"x": RNG.integers(0, 256, (batch, seq, hidden)).astype(np.uint8),
+             "w": RNG.integers(-128, 128, (hidden, 3 * hidden)).astype(np.int8),
+             "bias": rand(3 * hidden), "sx": np.array(0.02, np.float32),
+             "sw": np.array(0.004, np.float32), "zx": np.array(128, np.uint8), "zw": np.array(0, np.int8)}
+    names = ["x", "w", "bias", "sx", "sw", "", "zx", "zw"]
+    if mask:
+        feeds["mask"] = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+        names[5] = "mask"
+    check_model(ms_model("QAttention", feeds, names, num_heads=heads), feeds, rtol=1e-4, atol=1e-5)
+    assert infer("QAttention", ["u8[b,s,16]", "i8[16,48]", "f32[48]", "f32[]", "f32[]"], {"num_heads": 4},
+                 n_outputs=2) == ["f32[b,s,16]", "f32[2,b,4,s,4]"]
