@@ -404,17 +404,22 @@ def _stored(module: ir.Module, b: ir.IRBuilder, fn: ir.Function, final: list[ir.
     return fn
 
 
+def _geometry(b: ir.IRBuilder, d: dict[str, ir.Value]) -> tuple[ir.Value, ...]:
+    """A product's full depth steps of 4, the depths after them, the steps with those, and this
+    task's panels ``[first, last)``."""
+    k = d["k"]
+    panels = b.sdiv(b.add(d["n"], I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL))
+    return (b.sdiv(k, I64(4)), b.srem(k, I64(4)), b.sdiv(b.add(k, I64(3)), I64(4)), *_share(b, panels, d))
+
+
 def _qgemm(module: ir.Module) -> None:
     tiles = {mr: _qtile(module, mr) for mr in QGEMM_ROW_TILES}
     b, args, dims = _define(module, "md_qgemm")
     a, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QGEMM_DIMS)}
-    m, n, k, lda, ldy = d["m"], d["n"], d["k"], d["lda"], d["ldy"]
+    m, n, lda, ldy = d["m"], d["n"], d["lda"], d["ldy"]
     zy, lo, hi = (_float_bits(b, d[name]) for name in ("zy", "lo", "hi"))
-    steps, tail = b.sdiv(k, I64(4)), b.srem(k, I64(4))
-    depth = b.sdiv(b.add(k, I64(3)), I64(4))
-    panels = b.sdiv(b.add(n, I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL))
-    first, last = _share(b, panels, d)
+    steps, tail, depth, first, last = _geometry(b, d)
 
     def panel(q: ir.Value) -> None:
         j0 = b.mul(q, I64(QGEMM_PANEL))
@@ -449,10 +454,7 @@ def _qgemmf(module: ir.Module) -> None:
     stack.align = 64
     corr = b.bitcast(stack, PTR)  # 32 int32, then 32 float32
     mult = b.gep(corr, [I64(4 * QGEMM_PANEL)], source_etype=I8)
-    steps, tail = b.sdiv(k, I64(4)), b.srem(k, I64(4))
-    depth = b.sdiv(b.add(k, I64(3)), I64(4))
-    panels = b.sdiv(b.add(n, I64(QGEMM_PANEL - 1)), I64(QGEMM_PANEL))
-    first, last = _share(b, panels, d)
+    steps, tail, depth, first, last = _geometry(b, d)
 
     def panel(q: ir.Value) -> None:
         j0 = b.mul(q, I64(QGEMM_PANEL))
