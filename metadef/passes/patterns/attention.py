@@ -12,7 +12,10 @@ becomes ``Attention(Q, K, V[, mask], scale)`` with K ``[*B, N, D]``; so does ONN
 ``Attention`` (opset 23, as exporters now emit scaled-dot-product attention) in its plain
 form: 4-D Q, K, V with as many key/value heads as query heads, an optional float (additive)
 mask, no causal mask, softcap, window, past key/value or extra outputs (rule
-``recognize_onnx_attention``). When Kt is made by a
+``recognize_onnx_attention``); so does ONNX Runtime's ``com.microsoft::Attention`` (what its
+transformers optimizer writes) and its ``QAttention`` (the same after ``quantize_dynamic``) with
+constant weights and bias, an optional 2-D 0/1 mask or 1-D lengths and no past, expanded to
+the zoo transformer's form (rule ``expand_ort_attention``). When Kt is made by a
 Transpose (BERT: ``Transpose(perm=[0,2,3,1])`` of the projected keys), the new node reads that
 Transpose's input through one composed Transpose (or directly, when the composition is the
 identity), else a Transpose of the last two axes is inserted. A mask of rank below 2 gets
@@ -21,7 +24,7 @@ consumers.
 
 Example:
     >>> len(attention_rules), attention_rules[0].name, attention_rules[-1].name
-    (8, 'recognize_attention', 'recognize_onnx_attention')
+    (10, 'recognize_attention', 'expand_ort_attention')
 """
 
 from __future__ import annotations
@@ -138,10 +141,94 @@ def _build_onnx(m: Match, ed: GraphEditor) -> Built:
                 domain="ai.metadef")
 
 
+def _additive_mask(ed: GraphEditor, name: str, x: Value, mask: Value, fill: np.float32) -> Value:
+    """``[batch, 1, 1, total]``: ``fill`` where a 2-D 0/1 mask is 0, or (1-D lengths) at the
+    positions from each item's length on; else 0."""
+    if len(mask.type.shape) == 2:  # type: ignore[union-attr]
+        f, = ed.add("Cast", [mask], {"to": 1}, name=name)
+        f, = ed.add("Sub", [ed.const("one", np.float32(1.0)), f], name=name)
+        f, = ed.add("Mul", [f, ed.const("filter", fill)], name=name)
+    else:
+        shape, = ed.add("Shape", [x], name=name)
+        seq, = ed.add("Gather", [shape, ed.const("axis", np.int64(1))], {"axis": 0}, name=name)
+        positions, = ed.add("Range", [ed.const("zero", np.int64(0)), seq, ed.const("step", np.int64(1))], name=name)
+        lengths, = ed.add("Cast", [mask], {"to": 7}, name=name)
+        lengths, = ed.add("Unsqueeze", [lengths, ed.const("column", np.array([1], np.int64))], name=name)
+        past, = ed.add("GreaterOrEqual", [positions, lengths], name=name)
+        f, = ed.add("Where", [past, ed.const("filter", fill), ed.const("zero", np.float32(0.0))], name=name)
+    f, = ed.add("Unsqueeze", [f, ed.const("axes", np.array([1, 2], np.int64))], name=name)
+    return f
+
+
+def _expand_ort(m: Match, ed: GraphEditor) -> Built:
+    """ONNX Runtime's ``com.microsoft::Attention`` (what its transformers optimizer writes) or
+    ``QAttention`` (the same quantized by ``quantize_dynamic``) as three projections (MatMul and
+    a bias Add; quantized: ``MatMulIntegerToFloat`` with its bias), heads split,
+    ``ai.metadef::Attention`` and heads merged: the zoo transformer's form, which the fused
+    attention kernels take."""
+    node = m.node("ort")
+    quantized = node.op == "QAttention"
+    get = list(node.inputs) + [None] * 9
+    x, w, bias = get[0], get[1], get[2]
+    mask, past = (get[5], get[8]) if quantized else (get[3], get[4])
+    attrs = {"unidirectional": 0, "scale": 0.0, "mask_filter_value": -10000.0, **node.attrs}
+    if attrs["unidirectional"] or attrs.get("qkv_hidden_sizes") or attrs.get("do_rotary") \
+            or attrs.get("past_present_share_buffer") or past is not None or any(v is not None for v in get[9:]) \
+            or (not quantized and any(v is not None for v in get[5:9])):
+        return Refusal("only the plain form (no unidirectional, qkv_hidden_sizes, rotary, past) is expanded")
+    if any(ed.num_uses(o) or ed.is_output(o) for o in node.outputs[1:]):
+        return Refusal("its present output is read")
+    if w is None or w.const is None or bias is None or bias.const is None:
+        return Refusal("the weights or the bias are not constants")
+    weights, b = np.asarray(w.const), np.asarray(bias.const, np.float32)
+    heads = int(attrs["num_heads"])
+    if x is None or x.type is None or x.type.shape is None or len(x.type.shape) != 3 or weights.ndim != 2 \
+            or weights.shape[1] % 3 or b.shape != (weights.shape[1],) or (weights.shape[1] // 3) % heads:
+        return Refusal("input, weights and bias are not [batch, seq, hidden], [hidden, 3 h], [3 h]")
+    if mask is not None and (mask.type is None or mask.type.shape is None or len(mask.type.shape) not in (1, 2)):
+        return Refusal("only a 2-D [batch, total] 0/1 mask_index or 1-D [batch] lengths are expanded")
+    h = weights.shape[1] // 3
+    scales, zeros = ((get[4], get[7]) if quantized else (None, None))
+    if quantized and (scales is None or scales.const is None or (zeros is not None and zeros.const is None)):
+        return Refusal("the weights' scale or zero point is not a constant")
+    depth = h // heads
+    name = fused_name(node, "Attention")
+
+    def column(v: Value | None, i: int, what: str) -> Value | None:  # part i of a per-column constant
+        if v is None:
+            return None
+        c = np.asarray(v.const)
+        return ed.const(what, c if c.size == 1 else np.ascontiguousarray(c.reshape(-1)[i * h:(i + 1) * h]))
+
+    parts = []
+    for i in range(3):  # (each projection as the zoo's, then [b, heads, s, d])
+        wi = ed.const("w", np.ascontiguousarray(weights[:, i * h:(i + 1) * h]))
+        bi = ed.const("bias", b[i * h:(i + 1) * h])
+        if quantized:
+            inputs = [x, wi, get[3], column(scales, i, "w_scale"), get[6], column(zeros, i, "w_zero_point"), bi]
+            p, = ed.add("MatMulIntegerToFloat", inputs, name=name, domain="com.microsoft")
+        else:
+            p, = ed.add("MatMul", [x, wi], name=name)
+            p, = ed.add("Add", [p, bi], name=name)
+        p, = ed.add("Reshape", [p, ed.const("heads", np.array([0, 0, heads, depth], np.int64))], name=name)
+        p, = ed.add("Transpose", [p], {"perm": [0, 2, 1, 3]}, name=name)
+        parts.append(p)
+    if mask is not None:  # ORT's: the filter value added where the mask is 0, or past the length
+        parts.append(_additive_mask(ed, name, x, mask, np.float32(attrs["mask_filter_value"])))
+    scale = float(attrs["scale"]) or 1.0 / float(np.sqrt(depth))
+    y, = ed.add("Attention", parts, {"scale": scale}, name=name, domain="ai.metadef")
+    y, = ed.add("Transpose", [y], {"perm": [0, 2, 1, 3]}, name=name)
+    y, = ed.add("Reshape", [y, ed.const("hidden", np.array([0, 0, h], np.int64))], name=name)
+    return [y, *node.outputs[1:]]
+
+
 attention_rules = [Rule(RULE, p, _build, doc="softmax(Q Kt * scale + mask) V -> ai.metadef::Attention")
                    for p in _patterns()]
 attention_rules += [Rule("recognize_onnx_attention", op("Attention", *(var(n) for n in names), name="onnx_attention"),
                          _build_onnx, doc="ONNX Attention (plain form) -> ai.metadef::Attention")
                     for names in (("q", "k", "v"), ("q", "k", "v", "mask"))]
+attention_rules += [Rule("expand_ort_attention", op(kind, name="ort", domain="com.microsoft"), _expand_ort,
+                         doc=f"ORT's com.microsoft::{kind} -> projections + ai.metadef::Attention")
+                    for kind in ("Attention", "QAttention")]
 
 __all__ = ["attention_rules"]
