@@ -310,8 +310,8 @@ def test_softmax_over_another_axis_is_not_attention():
 
 def test_rule_names():
     assert sorted({r.name for r in recognition_rules}) == [
-        "recognize_attention", "recognize_gelu", "recognize_hardswish", "recognize_layernorm",
-        "recognize_onnx_attention", "recognize_silu"]
+        "expand_ort_attention", "recognize_attention", "recognize_gelu", "recognize_hardswish",
+        "recognize_layernorm", "recognize_onnx_attention", "recognize_silu"]
 
 
 # ------------------------------------------------------------------------ ONNX export
