@@ -243,9 +243,22 @@ def _average_semantics(attrs: Mapping[str, Any], shapes: Shapes, values: Values)
     return f"{lhs} = {_q(f'({top} / {bottom}) * ({sx} / {sy})', zy)}", {**params, **bounds}
 
 
+def _global_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
+    """The semantics' arithmetic in numpy, either layout (``channels_last``: NHWC)."""
+    x, sx, zx, sy, zy = (list(inputs) + [None] * 5)[:5]
+    x = np.asarray(x)
+    axes = tuple(range(1, x.ndim - 1)) if attrs["channels_last"] else tuple(range(2, x.ndim))
+    shifted = x.astype(np.float32) - np.float32(0 if zx is None else np.asarray(zx).reshape(()))
+    ratio = np.float32(np.asarray(sx).reshape(())) / np.float32(np.asarray(sy).reshape(()))
+    mean = shifted.mean(axis=axes, keepdims=True, dtype=np.float32)
+    dtype = x.dtype if zy is None else np.asarray(zy).dtype
+    out = np.rint(mean * ratio) + np.float32(0 if zy is None else np.asarray(zy).reshape(()))
+    return np.clip(out, *saturation(dtype)).astype(dtype)
+
+
 def _pool_reference(inputs: list[np.ndarray | None], attrs: Mapping[str, Any]) -> np.ndarray:
-    raise UnsupportedOpError("a quantized pool whose scales or zero points are not per-tensor constants, or whose "
-                             "layout is channels_last, has no reference kernel in metadef yet")
+    raise UnsupportedOpError("a QLinearAveragePool whose zero points are not constants has no reference kernel in "
+                             "metadef yet: make them initializers")
 
 
 def _global_rule(ctx: InferContext) -> list[Any]:
@@ -265,7 +278,7 @@ _POOL_INPUTS = ("X: T", "x_scale: float32", "x_zero_point?: T", "y_scale: float3
 QLinearGlobalAveragePool = metaop(
     "QLinearGlobalAveragePool", domain=DOMAIN, inputs=_POOL_INPUTS, outputs=("Y: T",),
     attrs={"channels_last": int_(0)}, types="T in {int8, uint8}", rule=_global_rule, semantics=_global_semantics,
-    reference=_pool_reference, role=Role.REDUCTION, reads=(4,), passed=(1, 2, 3, 4), since=(1,),
+    reference=_global_reference, role=Role.REDUCTION, reads=(4,), passed=(1, 2, 3, 4), since=(1,),
     doc="Quantized GlobalAveragePool: the mean of (x - zx), times x_scale / y_scale, rounded, plus zy.",
 )
 

@@ -138,3 +138,15 @@ def test_qlinear_softmax_is_onnxruntimes(dtype: type) -> None:
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(next(iter(md.compile(md.import_onnx(model), target="x86", cache=False)
                                             .run(feeds).values())), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qlinear_global_average_pool_channels_last_is_onnxruntimes(dtype: type) -> None:
+    z = lambda v: np.asarray(v, dtype)  # noqa: E731
+    consts = {"sx": np.float32(0.05), "zx": z(10), "sy": np.float32(0.03), "zy": z(5)}
+    feeds = {"x": _ints(dtype, 2, 7, 7, 16)}
+    model = _model("QLinearGlobalAveragePool", feeds, consts, ["x", "sx", "zx", "sy", "zy"], channels_last=1)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for target in ("reference", "x86"):
+        got = next(iter(md.compile(md.import_onnx(model), target=target).run(feeds).values()))
+        np.testing.assert_array_equal(got, want)
