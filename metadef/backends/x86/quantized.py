@@ -76,10 +76,7 @@ class QGemmPlan:
                           tasks=tasks)
 
     def tasks(self, m: int, count: int) -> list[tuple[int, ...]] | None:
-        panels = -(-self.n // QGEMM_PANEL)
-        if count < 2 or panels < count or m * self.n * self.k < 64 * PARALLEL_ELEMENTS:
-            return None
-        return [self.dims(m, t, count) for t in range(count)]
+        return panel_tasks(self, m, count)
 
 
 NO_VNNI = "this CPU has no AVX512-VNNI (md_qgemm's and md_qconv's int8 dot products)"
@@ -231,8 +228,18 @@ def _activations_product(node: Node, args: Sequence[np.ndarray | None]) -> np.nd
     return np.clip(scaled, *saturation(np.asarray(zy).dtype)).astype(np.asarray(zy).dtype)
 
 
-def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
-    """The node in a native program: one ``md_qgemm`` call (split over the panels)."""
+def panel_tasks(plan: Any, m: int, count: int) -> list[tuple[int, ...]] | None:
+    """A product plan's ``count`` calls over ``m`` rows, each a share of the 32-column panels
+    (``plan.dims(m, task, tasks)``); None where it is too small to split."""
+    panels = -(-plan.n // QGEMM_PANEL)
+    if count < 2 or panels < count or m * plan.n * plan.k < 64 * PARALLEL_ELEMENTS:
+        return None
+    return [plan.dims(m, t, count) for t in range(count)]
+
+
+def rows_lowering(routine: str, plan: Any, args: tuple[Arg, ...], label: str) -> Any:
+    """A product over the activations' rows (all axes but the last) in a native program: one
+    ``routine`` call with ``args``, split over the plan's panels (``plan.dims``, ``plan.tasks``)."""
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
@@ -242,13 +249,17 @@ def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
         m = math.prod(shape[:-1])
         if m == 0:
             return NativeStep(())
-        args = (a, Arg("addr", plan.packed.ctypes.data), Arg("addr", plan.corr.ctypes.data),
-                Arg("addr", plan.mult.ctypes.data), out)
-        call = Call(native_function("md_qgemm"), args, plan.dims(m), "qgemm own kernel (int8)",
-                    lambda count: plan.tasks(m, count))
+        call = Call(native_function(routine), args, plan.dims(m), label, lambda count: plan.tasks(m, count))
         return NativeStep((call,), keep=(plan,))
 
-    return needing(lower, "md_qgemm")
+    return needing(lower, routine)
+
+
+def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
+    """The node in a native program: one ``md_qgemm`` call (split over the panels)."""
+    args = (a, Arg("addr", plan.packed.ctypes.data), Arg("addr", plan.corr.ctypes.data),
+            Arg("addr", plan.mult.ctypes.data), out)
+    return rows_lowering("md_qgemm", plan, args, "qgemm own kernel (int8)")
 
 
 def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
@@ -567,6 +578,7 @@ def qlinear_conv_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Se
     return None if isinstance(plan, str) else qconv_lowering(plan, sources[0], out)
 
 
-__all__ = ["EXACT_DEPTH", "NO_VNNI", "QConvPlan", "QGemmPlan", "constants", "exact_product", "qconv_lowering",
+__all__ = ["EXACT_DEPTH", "NO_VNNI", "QConvPlan", "QGemmPlan", "constants", "exact_product", "panel_tasks",
+           "qconv_lowering", "rows_lowering",
            "qconv_plan", "pixel_rows", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_conv_kernel",
            "qlinear_conv_native", "qlinear_matmul_kernel", "qlinear_matmul_native", "requantized"]

@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86.choice import Choice, attrs_of
-from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
+from metadef.backends.x86.native import Arg
 from metadef.backends.x86.quantized import (
     NO_VNNI,
     QConvPlan,
@@ -48,9 +47,11 @@ from metadef.backends.x86.quantized import (
     _reference,
     constants,
     exact_product,
+    panel_tasks,
     qconv_lowering,
     qlinear_matmul_kernel,
     qlinear_matmul_native,
+    rows_lowering,
 )
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemmf_dims
@@ -91,10 +92,7 @@ class QGemmFloatPlan:
         return qgemmf_dims(m, self.n, self.k, flip=self.flip, wide=self.wide, task=task, tasks=tasks)
 
     def tasks(self, m: int, count: int) -> list[tuple[int, ...]] | None:
-        panels = -(-self.n // QGEMM_PANEL)
-        if count < 2 or panels < count or m * self.n * self.k < 64 * PARALLEL_ELEMENTS:
-            return None
-        return [self.dims(m, t, count) for t in range(count)]
+        return panel_tasks(self, m, count)
 
     def portable(self, a: np.ndarray, a_scale: Any, a_zero: Any) -> np.ndarray:
         """The product without VNNI: exact int32 sums, scaled and biased as the kernel does."""
@@ -244,22 +242,9 @@ def qgemmf_lowering(node: Node, plan: QGemmFloatPlan, sources: Sequence[Arg], ou
     zero = sources[at_zero] if at_zero < len(sources) and node.inputs[at_zero] is not None \
         and node.inputs[at_zero].const is None else Arg("addr", plan.a_zero.ctypes.data)
 
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        shape = inputs[0]
-        if shape is None:
-            return "the activations are absent"
-        m = math.prod(shape[:-1])
-        if m == 0:
-            return NativeStep(())
-        args = (sources[0], Arg("addr", plan.packed.ctypes.data), Arg("addr", plan.base.ctypes.data),
-                Arg("addr", plan.colsum.ctypes.data), Arg("addr", plan.scale.ctypes.data),
-                Arg("addr", plan.bias.ctypes.data), Arg("addr", plan.rowterm.ctypes.data), scale, zero, out)
-        call = Call(native_function("md_qgemmf"), args, plan.dims(m), "qgemm own kernel (int8, float output)",
-                    lambda count: plan.tasks(m, count))
-        return NativeStep((call,), keep=(plan,))
-
-    return needing(lower, "md_qgemmf")
+    args = (sources[0], *(Arg("addr", v.ctypes.data) for v in (plan.packed, plan.base, plan.colsum, plan.scale,
+                                                                plan.bias, plan.rowterm)), scale, zero, out)
+    return rows_lowering("md_qgemmf", plan, args, "qgemm own kernel (int8, float output)")
 
 
 def _planned(node: Node, values: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:

@@ -66,14 +66,11 @@ def _operand(shapes: Shapes, i: int, name: str) -> str | None:
     return scalar(name, shapes[i]) if i < len(shapes) and shapes[i] is not None else None
 
 
-def _bounds(values: Values, i: int, like: Values, j: int) -> dict[str, float] | None:
-    """The saturation range of the output, from its zero point (input ``i``) or, absent, from
-    input ``j``'s dtype; None where neither is known."""
+def _bounds(values: Values, i: int) -> dict[str, float] | None:
+    """The saturation range of the output, from its zero point (input ``i``, read like a
+    constant); None where it is absent or computed (the node runs its numpy reference)."""
     zero = values[i] if i < len(values) else None
-    dtype = np.asarray(zero).dtype if zero is not None else None
-    if dtype is None and j < len(like) and like[j] is not None:
-        dtype = np.asarray(like[j]).dtype
-    bounds = saturation(dtype) if dtype is not None else None
+    bounds = None if zero is None else saturation(np.asarray(zero).dtype)
     return None if bounds is None else {"LO": bounds[0], "HI": bounds[1]}
 
 
@@ -95,7 +92,7 @@ def _binary_semantics(kind: str) -> Any:
         sa, sb, sc = (_operand(shapes, i, n) for i, n in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")))
         za, zb, zc = (_operand(shapes, i, n) for i, n in ((2, "A_zero_point"), (5, "B_zero_point"),
                                                           (7, "C_zero_point")))
-        bounds = _bounds(values, 7, values, 0)
+        bounds = _bounds(values, 7)
         if None in (sa, sb, sc) or bounds is None or shapes[0] is None or shapes[3] is None:
             return None
         a = f"cast_float32(A[...]) - cast_float32({za})" if za else "cast_float32(A[...])"
@@ -158,7 +155,7 @@ def _unary_semantics(body: str) -> Any:
     def semantics(attrs: Mapping[str, Any], shapes: Shapes, values: Values) -> Any:
         sx, zx, sy, zy = (_operand(shapes, i, n) for i, n in ((1, "X_scale"), (2, "X_zero_point"),
                                                               (3, "Y_scale"), (4, "Y_zero_point")))
-        bounds = _bounds(values, 4, values, 0)
+        bounds = _bounds(values, 4)
         if sx is None or sy is None or bounds is None or shapes[0] is None:
             return None
         x = f"({_dq('X[...]', sx, zx)})"
@@ -207,7 +204,7 @@ QLinearLeakyRelu = metaop(
 def _pool_operands(shapes: Shapes, values: Values) -> tuple[str, str | None, str, str | None, dict] | None:
     sx, zx, sy, zy = (_operand(shapes, i, n) for i, n in ((1, "x_scale"), (2, "x_zero_point"),
                                                           (3, "y_scale"), (4, "y_zero_point")))
-    bounds = _bounds(values, 4, values, 0)
+    bounds = _bounds(values, 4)
     if sx is None or sy is None or bounds is None or shapes[0] is None:
         return None
     return sx, zx, sy, zy, bounds
