@@ -35,7 +35,7 @@ from metadef.ops.numpy_eval.functions import (
 ARITHMETIC = frozenset({"+", "-", "*", "/", "%", "**", "max", "min", "pow"})
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 FLOAT_FUNCTIONS = frozenset({
-    "exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "tan", "asin", "acos",
+    "exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "ndtr", "sigmoid", "sin", "cos", "tan", "asin", "acos",
     "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "softplus"})
 SAME_TYPE_FUNCTIONS = frozenset({"abs", "neg", "sign", "floor", "ceil", "round"})
 

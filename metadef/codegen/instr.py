@@ -274,6 +274,12 @@ def _softplus64(out: Out, a: str) -> str:
     return out(f"fadd double {pos}, {libm(out, 'log1p', f64, [small])}")
 
 
+def _ndtr64(out: Out, a: str) -> str:
+    """``0.5 * erfc(-x / sqrt 2)``: relative in the lower tail, where ``1 + erf`` cancels."""
+    scaled = out(f"fmul double {a}, {constant(-0.7071067811865476, np.dtype(np.float64))}")
+    return out(f"fmul double {libm(out, 'erfc', np.dtype(np.float64), [scaled])}, 0.5")
+
+
 def _double_libm(name: str) -> Callable[[Out, str], str]:
     return lambda out, a: libm(out, name, np.dtype(np.float64), [a])
 
@@ -310,6 +316,7 @@ op_rules: dict[str, Callable[[Out, list[Arg], np.dtype], str]] = {
     "log": _transcendental("log", _double_libm("log")),
     "tanh": _transcendental("tanh", _double_libm("tanh")),
     "erf": _transcendental("erf", _double_libm("erf")),
+    "ndtr": _transcendental("ndtr", _ndtr64),
     "sigmoid": _transcendental("sigmoid", _sigmoid64),
     "softplus": _transcendental("softplus", _softplus64),
     "sin": _transcendental("sin", _double_libm("sin")),

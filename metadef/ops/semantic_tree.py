@@ -30,7 +30,7 @@ CAST_DTYPE_NAMES = frozenset({
 
 FUNCTION_ARITIES: dict[str, int] = {
     **{name: 1 for name in (
-        "exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "neg", "floor", "ceil",
+        "exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "ndtr", "sigmoid", "abs", "neg", "floor", "ceil",
         "round", "sign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
         "acosh", "atanh", "reciprocal", "relu", "softplus", "isnan", "isinf", "inbounds")},
     "where": 3, "max": 2, "min": 2, "pow": 2, "fill": 2,

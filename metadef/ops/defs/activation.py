@@ -60,7 +60,7 @@ Softsign = unary("Softsign", "X[...] / (1 + abs(X[...]))", since=(1, 22))
 Mish = unary("Mish", "X[...] * tanh(softplus(X[...]))", since=(18, 22))
 
 _GELU = {
-    "none": "Y[...] = 0.5 * X[...] * (1 + erf(X[...] * 0.7071067811865476))",
+    "none": "Y[...] = X[...] * ndtr(X[...])",  # 0.5 x (1 + erf(x / sqrt 2)), ndtr: the normal CDF
     "tanh": "Y[...] = 0.5 * X[...] * "
             "(1 + tanh(0.7978845608028654 * (X[...] + 0.044715 * X[...] * X[...] * X[...])))",
 }

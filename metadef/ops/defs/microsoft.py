@@ -48,7 +48,7 @@ Shapes = Sequence[Sequence[Dim] | None]
 
 # ------------------------------------------------------------------------- Gelu family
 
-_ERF_GELU = "0.5 * {x} * (1 + erf({x} * 0.7071067811865476))"
+_ERF_GELU = "{x} * ndtr({x})"  # 0.5 x (1 + erf(x / sqrt 2)): x times the normal CDF
 _TANH_GELU = "0.5 * {x} * (1 + tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
 
 
