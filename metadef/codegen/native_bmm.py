@@ -39,10 +39,13 @@ from metadef.codegen.native_gemm import gemm_panel, gemm_row_tiles
 from metadef.codegen.native_ir import F32, I64, PTR, V8, _arg, _define, _elem, _float_bits, _loop, _share, _smin, _splat
 from metadef.codegen.native_tile import _row_tiles, _tile, _transpose8
 
-BMM_DIMS = ("batch", "m", "n", "k", "trans_b", "alpha", "a_batch", "b_batch", "y_batch", "task", "tasks")
+BMM_DIMS = ("batch", "m", "n", "k", "trans_b", "alpha", "a_batch", "b_batch", "y_batch", "task", "tasks",
+            "heads", "a_head", "b_head", "y_head", "lda", "ldb", "ldy")
 """The dims of ``md_bmm``: args are ``[a [batch, m, k], b [batch, k, n] (trans_b: [batch, n,
-k]), y [batch, m, n]]``; ``alpha``: float32 bits; ``*_batch``: the floats from one batch item
-to the next (0: the same matrix for every item)."""
+k]), y [batch, m, n]]``; ``alpha``: float32 bits. Item ``i`` is head ``i % heads`` of group
+``i // heads``: its matrices start ``(i // heads) * *_batch + (i % heads) * *_head`` floats in
+(``*_batch`` 0: the same matrix for every group), their rows ``lda``, ``ldb``, ``ldy`` floats
+apart (attention with the heads after the sequence: ``[b, s, h, d]`` read in place)."""
 
 BMM_STACK_FLOATS = 1 << 15
 """The most floats of packed ``b`` one batch item may take (128 KB on the thread's stack):
@@ -61,18 +64,28 @@ def bmm_packed_floats(n: int, k: int) -> int:
 
 
 def bmm_dims(batch: int, m: int, n: int, k: int, *, trans_b: bool = False, alpha: float = 1.0,
-             strides: tuple[int, int, int] | None = None, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
+             strides: tuple[int, int, int] | None = None, heads: int = 1,
+             head_strides: tuple[int, int, int] = (0, 0, 0), rows: tuple[int, int, int] | None = None,
+             task: int = 0, tasks: int = 1) -> tuple[int, ...]:
     """The dims of one ``md_bmm`` call (see :data:`BMM_DIMS`); ``strides``: the floats between
-    batch items of ``a``, ``b`` and ``y`` (default: the items packed one after another).
+    groups of ``heads`` items of ``a``, ``b`` and ``y`` (default: the items packed one after
+    another), ``head_strides`` between the heads of a group; ``rows``: the floats between rows
+    (default: dense).
 
     Example:
         >>> bmm_dims(12, 128, 128, 64, trans_b=True)[:5]
         (12, 128, 128, 64, 1)
+        >>> bmm_dims(12, 128, 128, 64, trans_b=True, strides=(0, 0, 0), heads=12, head_strides=(64, 64, 16384),
+        ...          rows=(768, 768, 128))[-7:]
+        (12, 64, 64, 16384, 768, 768, 128)
     """
     a_batch, b_batch, y_batch = strides or (m * k, k * n, m * n)
+    lda, ldb, ldy = rows or (k, k if trans_b else n, n)
     alpha_bits = struct.unpack("<I", struct.pack("<f", alpha))[0]
     values = {"batch": batch, "m": m, "n": n, "k": k, "trans_b": int(trans_b), "alpha": alpha_bits,
-              "a_batch": a_batch, "b_batch": b_batch, "y_batch": y_batch, "task": task, "tasks": tasks}
+              "a_batch": a_batch, "b_batch": b_batch, "y_batch": y_batch, "task": task, "tasks": tasks,
+              "heads": heads, "a_head": head_strides[0], "b_head": head_strides[1], "y_head": head_strides[2],
+              "lda": lda, "ldb": ldb, "ldy": ldy}
     return tuple(values[d] for d in BMM_DIMS)
 
 
@@ -103,9 +116,14 @@ def _bmm(module: ir.Module) -> None:
 
     _loop(b, n, b.mul(panels, I64(width)), pad)
 
+    lda, ldb, ldy = d["lda"], d["ldb"], d["ldy"]
+
     def item(i: ir.Value) -> None:
-        ai, bi = _elem(b, a, b.mul(i, d["a_batch"])), _elem(b, bm, b.mul(i, d["b_batch"]))
-        yi = _elem(b, y, b.mul(i, d["y_batch"]))
+        group, head = b.sdiv(i, d["heads"]), b.srem(i, d["heads"])
+
+        def at(name: str) -> ir.Value:
+            return b.add(b.mul(group, d[f"{name}_batch"]), b.mul(head, d[f"{name}_head"]))
+        ai, bi, yi = _elem(b, a, at("a")), _elem(b, bm, at("b")), _elem(b, y, at("y"))
 
         def pack_column(col: ir.Value, at: Callable[[ir.Value], ir.Value]) -> None:
             """Column ``col`` into its panel, element by element (``at(kk)``: its step kk in ``b``)."""
@@ -123,13 +141,13 @@ def _bmm(module: ir.Module) -> None:
 
             def panel_rows(q: ir.Value) -> None:
                 def row(kk: ir.Value) -> None:
-                    piece = b.load(_elem(b, bi, b.add(b.mul(kk, n), b.mul(q, I64(width)))), typ=vector, align=4)
+                    piece = b.load(_elem(b, bi, b.add(b.mul(kk, ldb), b.mul(q, I64(width)))), typ=vector, align=4)
                     at = _elem(b, packed, b.mul(b.add(b.mul(q, k), kk), I64(width)))
                     b.store(b.fmul(piece, scale), b.bitcast(at, vector.as_pointer()), align=4)
                 _loop(b, I64(0), k, row)
             _loop(b, I64(0), whole, panel_rows)
             # a last narrower panel, column by column
-            _loop(b, b.mul(whole, I64(width)), n, lambda col: pack_column(col, lambda kk: b.add(b.mul(kk, n), col)))
+            _loop(b, b.mul(whole, I64(width)), n, lambda col: pack_column(col, lambda kk: b.add(b.mul(kk, ldb), col)))
 
         def pack_blocks() -> None:  # b [n, k] (trans_b): 8 x 8 blocks transposed in registers
             scale = _splat(b, alpha)
@@ -140,7 +158,7 @@ def _bmm(module: ir.Module) -> None:
 
                 def block(kb: ir.Value) -> None:
                     kk0 = b.mul(kb, I64(8))
-                    rows = [b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), k), kk0)), typ=V8, align=4)
+                    rows = [b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), ldb), kk0)), typ=V8, align=4)
                             for r in range(8)]
                     for i, piece in enumerate(_transpose8(b, rows)):
                         at = _elem(b, packed, b.add(base, b.mul(b.add(kk0, I64(i)), I64(width))))
@@ -149,12 +167,13 @@ def _bmm(module: ir.Module) -> None:
 
                 def step(kk: ir.Value) -> None:  # the last few steps of k, element by element
                     for r in range(8):
-                        value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), k), kk)), typ=F32), alpha)
+                        value = b.fmul(b.load(_elem(b, bi, b.add(b.mul(b.add(col0, I64(r)), ldb), kk)), typ=F32),
+                                       alpha)
                         b.store(value, _elem(b, packed, b.add(b.add(base, I64(r)), b.mul(kk, I64(width)))))
                 _loop(b, b.mul(b.sdiv(k, I64(8)), I64(8)), k, step)
             _loop(b, I64(0), b.sdiv(n, I64(8)), columns)
             _loop(b, b.mul(b.sdiv(n, I64(8)), I64(8)), n,  # the last few columns, one by one
-                  lambda col: pack_column(col, lambda kk: b.add(b.mul(col, k), kk)))
+                  lambda col: pack_column(col, lambda kk: b.add(b.mul(col, ldb), kk)))
 
         with b.if_else(transposed) as (then, otherwise):
             with then:
@@ -168,8 +187,8 @@ def _bmm(module: ir.Module) -> None:
             wq = _elem(b, packed, b.mul(q, b.mul(k, I64(width))))
 
             def rows_from(r0: ir.Value, mr: int) -> None:
-                b.call(tiles[mr], [wq, I64(width), _elem(b, ai, b.mul(r0, k)), k, I64(1), k,
-                                   _elem(b, yi, b.add(b.mul(r0, n), j0)), n, null, b.bitcast(zeros, PTR), I64(mr),
+                b.call(tiles[mr], [wq, I64(width), _elem(b, ai, b.mul(r0, lda)), lda, I64(1), k,
+                                   _elem(b, yi, b.add(b.mul(r0, ldy), j0)), ldy, null, b.bitcast(zeros, PTR), I64(mr),
                                    cols, *unbounded])
 
             _row_tiles(b, m, sizes, rows_from)

@@ -127,6 +127,20 @@ def test_attention_exports_as_local_function(tmp_path: Path) -> None:
     _check_against_metadef(graph, path)
 
 
+def test_attention_with_heads_after_the_sequence_exports_with_its_transposes(tmp_path: Path) -> None:
+    """``layout="bshd"``: Q and V get their heads swapped first, K goes straight to Kᵀ, Y is
+    swapped back; ONNX Runtime's answers are metadef's."""
+    graph = parse_graph("""graph g(%q: f32[b,5,2,4], %k: f32[b,6,2,4], %v: f32[b,6,2,3], %mask: f32[b,1,1,6]) -> (%y) {
+      %y: f32[b,5,2,3] = ai.metadef::Attention(%q, %k, %v, %mask) {scale=0.5, layout="bshd"} @attn
+      return %y
+    }""")
+    path = md.export_onnx(graph, tmp_path / "attn.onnx")
+    (fn,) = onnx.load(str(path)).functions
+    assert [n.op_type for n in fn.node] == ["Transpose", "Transpose", "Transpose", "MatMul", "Constant", "CastLike",
+                                            "Mul", "Add", "Softmax", "MatMul", "Transpose"]
+    _check_against_metadef(graph, path)
+
+
 # --- quantized .mdef ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def mlp_graph() -> Graph:

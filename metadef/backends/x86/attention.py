@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,36 @@ from metadef.codegen.native_softmax import softmax_dims
 from metadef.core.errors import MetadefError
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """Where attention's items (one head of one batch item) lie in Q, K, V and Y: item ``i``
+    is head ``i % heads`` of group ``i // heads``; ``strides[t]`` for t in (Q, K, V, Y) is
+    ``(group, head, row)`` in floats. Heads first (``[*B, H, S, D]``): one head per group,
+    the items one after another; heads after the sequence (``layout="bshd"``, ``[*B, S, H,
+    D]``): the heads ``D`` apart, each row ``H * D`` long.
+
+    Example:
+        >>> g = Geometry.of("bshd", 12, 128, 128, 64, 64)
+        >>> g.strides[0], g.offset(0, 14)
+        ((98304, 64, 768), 393728)
+    """
+
+    heads: int
+    strides: tuple[tuple[int, int, int], ...]
+
+    @staticmethod
+    def of(layout: str, heads: int, m: int, n: int, d: int, dv: int) -> Geometry:
+        if layout == "bshd":
+            return Geometry(heads, tuple((rows * heads * w, w, heads * w) for rows, w in ((m, d), (n, d), (n, dv),
+                                                                                           (m, dv))))
+        return Geometry(1, tuple((rows * w, 0, w) for rows, w in ((m, d), (n, d), (n, dv), (m, dv))))
+
+    def offset(self, which: int, item: int) -> int:
+        """Bytes from tensor ``which``'s start (0-3: Q, K, V, Y) to item ``item``."""
+        group, head, _ = self.strides[which]
+        return 4 * ((item // self.heads) * group + (item % self.heads) * head)
+
+
 def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Arg, dtype: np.dtype,
                        softmax: Any) -> Lowering:
     """``softmax(scale * Q Kᵀ + mask) V`` as a batched product into a scratch ``S``, the
@@ -53,8 +84,9 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
     where ``S`` and ``P`` outgrow a core's cache, in sequences of a few heads
     (:func:`attention_chunk`). The products are ``md_bmm`` (our micro-kernel, each head's second
     operand packed on the stack) or OpenBLAS's batched sgemm, whichever measures faster on the
-    shapes (:func:`attention_products`)."""
-    scale = float(attrs["scale"])
+    shapes (:func:`attention_products`); with ``layout="bshd"`` both read Q, K, V and write Y
+    in place, the rows ``heads * depth`` apart (:class:`Geometry`)."""
+    scale, layout = float(attrs["scale"]), attrs.get("layout", "bhsd")
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape],
               symbols: Mapping[str, int]) -> NativeStep | str:
@@ -63,16 +95,23 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
         if why:
             return why
         assert q is not None and k is not None and v is not None
-        if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]):
-            return f"Attention batch axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
-        batch, m, d, n, dv = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
+        if layout == "bshd":
+            if len(q) < 3 or not (q[:-3] == k[:-3] == v[:-3] and q[-2] == k[-2] == v[-2] and k[-3] == v[-3]):
+                return f"Attention (bshd) batch or head axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
+            scores_batch, (m, d, n, dv) = (*q[:-3], q[-2]), (q[-3], q[-1], k[-3], v[-1])
+        else:
+            if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]):
+                return f"Attention batch axes differ: Q {list(q)}, K {list(k)}, V {list(v)}"
+            scores_batch, (m, d, n, dv) = tuple(q[:-2]), (q[-2], q[-1], k[-2], v[-1])
+        batch = math.prod(scores_batch)
         mask = inputs[3] if len(inputs) > 3 else None
         s_arg, p_arg = Arg("scratch", 0), Arg("scratch", 1)
         products = attention_products(batch, m, n, d, dv)
-        heads = q[-3] if len(q) > 2 else 1
-        strides = mask_strides(q[:-2], m, n, mask)
+        heads = scores_batch[-1] if scores_batch else 1
+        geometry = Geometry.of(layout, heads, m, n, d, dv)
+        strides = mask_strides(scores_batch, m, n, mask)
         if isinstance(strides, str):  # (a mask md_softmax_rows cannot walk: the generated kernel broadcasts any)
-            scores = (*q[:-1], n)
+            scores = (*scores_batch, m, n)
             try:
                 dims = softmax.dims_for([scores, *([mask] if mask is not None else [])], [scores])
             except MetadefError as e:
@@ -85,10 +124,10 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
             chunk = attention_chunk(batch, heads, m, n, binding_threads())
             if chunk < batch:  # in sequences of a few heads each: S and P stay in the core's cache
                 return _attention_chunks(sources, out, batch, heads, (m, n, d, dv), scale, products, chunk, strides,
-                                         softmax)
+                                         softmax, geometry)
             soft = softmax_rows_call(batch, heads, m, n, strides, s_arg, sources[3] if mask is not None else NULL,
                                      p_arg)
-        calls = _attention_products(sources, out, batch, (m, n, d, dv), scale, products, s_arg, p_arg, soft)
+        calls = _attention_products(sources, out, batch, (m, n, d, dv), scale, products, s_arg, p_arg, soft, geometry)
         size = 4 * batch * m * n
         return NativeStep(calls, (size, size), (softmax,))
 
@@ -96,21 +135,38 @@ def attention_lowering(attrs: Mapping[str, Any], sources: Sequence[Arg], out: Ar
 
 
 def _attention_products(sources: Sequence[Arg], out: Arg, batch: int, sizes: tuple[int, int, int, int], scale: float,
-                        products: str, s_arg: Arg, p_arg: Arg, soft: Call) -> tuple[Call, Call, Call]:
+                        products: str, s_arg: Arg, p_arg: Arg, soft: Call, geometry: Geometry) -> tuple[Call, ...]:
     """Scores into ``s_arg``, ``soft``, then values from ``p_arg`` into ``out``, for ``batch``
-    items from ``sources`` (Q, K, V) as they are given (offsets included)."""
+    items from ``sources`` (Q, K, V; offsets included: the first item's) laid out as
+    ``geometry`` says; the scores and probabilities ``[batch, m, n]``, dense."""
     m, n, d, dv = sizes
+    (qg, qh, qr), (kg, kh, kr), (vg, vh, vr), (yg, yh, yr) = geometry.strides
+    heads = geometry.heads
+    dense = (heads * m * n, m * n, n)
     if products == OWN_PRODUCTS:
         return (bmm_call((sources[0], sources[1], s_arg), batch, m, n, d, "attention scores own kernel",
-                         trans_b=True, alpha=scale),
+                         trans_b=True, alpha=scale, strides=(qg, kg, dense[0]), heads=heads,
+                         head_strides=(qh, kh, dense[1]), rows=(qr, kr, n)),
                 soft,
-                bmm_call((p_arg, sources[2], out), batch, m, dv, n, "attention values own kernel"))
+                bmm_call((p_arg, sources[2], out), batch, m, dv, n, "attention values own kernel",
+                         strides=(dense[0], vg, yg), heads=heads, head_strides=(dense[1], vh, yh), rows=(n, vr, yr)))
     gemm, gemv = _blas(), _blas("sgemv")
-    return (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d,
-                       "attention scores", trans_b=True, strides=(m * d, n * d, m * n), alpha=scale),
-            soft,
-            sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
-                       strides=(m * n, n * dv, m * dv)))
+    if heads == 1:  # the items one after another: one batched call each
+        return (sgemm_call((sources[0], sources[1], s_arg, *gemm, NULL, *gemv), batch, m, n, d,
+                           "attention scores", trans_b=True, strides=(qg, kg, m * n), alpha=scale),
+                soft,
+                sgemm_call((p_arg, sources[2], out, *gemm, NULL, *gemv), batch, m, dv, n, "attention values",
+                           strides=(m * n, vg, yg)))
+    scores, values = [], []  # heads after the sequence: a batched call per group of heads
+    for first in range(0, batch, heads):
+        count, at = min(heads, batch - first), (lambda t, i=first: geometry.offset(t, i))
+        s_at, p_at = s_arg.at(4 * first * m * n), p_arg.at(4 * first * m * n)
+        scores.append(sgemm_call((sources[0].at(at(0)), sources[1].at(at(1)), s_at, *gemm, NULL, *gemv), count,
+                                 m, n, d, "attention scores", trans_b=True, strides=(qh, kh, m * n), lda=qr, ldb=kr,
+                                 alpha=scale))
+        values.append(sgemm_call((p_at, sources[2].at(at(2)), out.at(at(3)), *gemm, NULL, *gemv), count, m, dv, n,
+                                 "attention values", strides=(m * n, vh, yh), ldb=vr, ldc=yr))
+    return (*scores, soft, *values)
 
 
 ATTENTION_CHUNK_BYTES = 512 << 10
@@ -142,18 +198,18 @@ def attention_chunk(batch: int, heads: int, m: int, n: int, threads: int) -> int
 
 def _attention_chunks(sources: Sequence[Arg], out: Arg, batch: int, heads: int, sizes: tuple[int, int, int, int],
                       scale: float, products: str, chunk: int, strides: tuple[int, int, int] | None,
-                      softmax: Any) -> NativeStep:
+                      softmax: Any, geometry: Geometry) -> NativeStep:
     """Attention in sequences of ``chunk`` heads (scores, ``md_softmax_rows``, values on one
     thread), as many side by side as the binding has threads, each with its own ``S`` and
     ``P``: they stay in that core's cache (BERT at batch 8: 6.3 MB each, through memory)."""
-    m, n, d, dv = sizes
+    m, n = sizes[:2]
     width = max(1, binding_threads())
     per = 4 * chunk * m * n
     calls = []
     for u, i0 in enumerate(range(0, batch, chunk)):
         count, j = min(chunk, batch - i0), u % width
         s_arg, p_arg = Arg("scratch", 0).at(j * per), Arg("scratch", 1).at(j * per)
-        items = (sources[0].at(4 * i0 * m * d), sources[1].at(4 * i0 * n * d), sources[2].at(4 * i0 * n * dv))
+        items = tuple(sources[t].at(geometry.offset(t, i0)) for t in range(3))
         if strides is None:
             mask, heads_here, strides_here = NULL, count, None
         elif chunk % heads == 0:  # whole batch items: the mask's outer index moves with them
@@ -163,7 +219,8 @@ def _attention_chunks(sources: Sequence[Arg], out: Arg, batch: int, heads: int, 
             mask = sources[3].at(4 * ((i0 // heads) * m_outer + (i0 % heads) * m_head))
             heads_here, strides_here = count, (0, m_head, m_row)
         soft = softmax_rows_call(count, heads_here, m, n, strides_here, s_arg, mask, p_arg)
-        steps = _attention_products(items, out.at(4 * i0 * m * dv), count, sizes, scale, products, s_arg, p_arg, soft)
+        steps = _attention_products(items, out.at(geometry.offset(3, i0)), count, sizes, scale, products, s_arg,
+                                    p_arg, soft, geometry)
         calls.append(sequence(steps, joins=j > 0))
     return NativeStep(tuple(calls), (width * per, width * per), (softmax,))
 
@@ -228,7 +285,7 @@ def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: st
 
     Example:
         >>> call = bmm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 12, 128, 128, 64, "scores")
-        >>> [dims[-2:] for dims in call.tasks(2)]
+        >>> [dims[9:11] for dims in call.tasks(2)]
         [(0, 2), (1, 2)]
     """
     def tasks(count: int) -> list[tuple[int, ...]] | None:
@@ -264,5 +321,5 @@ def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
                                  "sgemm": lambda: [c() for c in library]})[0]
 
 
-__all__ = ["ATTENTION_CHUNK_BYTES", "OWN_PRODUCTS", "attention_chunk", "attention_lowering", "attention_products",
-           "bmm_call", "mask_strides", "softmax_rows_call"]
+__all__ = ["ATTENTION_CHUNK_BYTES", "OWN_PRODUCTS", "Geometry", "attention_chunk", "attention_lowering",
+           "attention_products", "bmm_call", "mask_strides", "softmax_rows_call"]

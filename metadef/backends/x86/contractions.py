@@ -452,15 +452,18 @@ def numpy_softmax(s: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
 
 def attention_kernel(attrs: Mapping[str, Any], softmax: SoftmaxFn = numpy_softmax) -> ContractionFn:
     """``softmax(scale * Q Kᵀ + mask) V``: two batched sgemm and ``softmax(scores, mask)``
-    in between."""
-    scale = float(attrs["scale"])
+    in between (``layout="bshd"``: the heads swapped before the sequence and back after)."""
+    scale, heads_after = float(attrs["scale"]), attrs.get("layout", "bhsd") == "bshd"
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
         q, k, v = args[0], args[1], args[2]
+        if heads_after:
+            q, k, v = (np.swapaxes(t, -3, -2) for t in (q, k, v))
         mask = args[3] if len(args) > 3 else None
         s = np.matmul(q, np.swapaxes(k, -1, -2))
         s *= s.dtype.type(scale)
-        return np.matmul(softmax(s, mask), v)
+        y = np.matmul(softmax(s, mask), v)
+        return np.ascontiguousarray(np.swapaxes(y, -3, -2)) if heads_after else y
 
     return run
 

@@ -173,18 +173,27 @@ def _silu_call(lib: FunctionLibrary, node: Node, inputs: list[str], outputs: lis
 
 def _attention_call(lib: FunctionLibrary, node: Node, inputs: list[str], outputs: list[str]) -> onnx.NodeProto:
     """Attention(Q, K, V[, mask]) = Softmax(scale * Q Kᵀ [+ mask]) V; the scale and the rank
-    (for Kᵀ's Transpose) are baked in: one function per (rank, mask, scale) met."""
+    (for Kᵀ's Transpose) are baked in: one function per (rank, mask, scale, layout) met; with
+    ``layout="bshd"`` Q and V have their heads swapped before the sequence, K straight to Kᵀ,
+    and Y back."""
     q = node.inputs[0]
     rank = None if q is None or q.type is None or q.type.shape is None else len(q.type.shape)
-    if rank is None or rank < 2:
+    if rank is None or rank < 2 or (rank < 3 and node.attrs.get("layout", "bhsd") == "bshd"):
         raise FormatError(f"cannot export ai.metadef::Attention node {node.name}: the rank of Q is unknown "
                           "(run shape inference first: md.optimize does)")
     perm = [*range(rank - 2), rank - 1, rank - 2]
     masked = len(inputs) > 3 and inputs[3] != ""
     scale = numpy_helper.from_array(np.array(float(node.attrs["scale"]), np.float32))
-    body = [
+    body: list[onnx.NodeProto] = []
+    q_name, v_name, y_name = "Q", "V", "Y"
+    swap = [*range(rank - 3), rank - 2, rank - 3, rank - 1]
+    if node.attrs.get("layout", "bhsd") == "bshd":  # heads after the sequence: swapped in and out
+        body = [helper.make_node("Transpose", [t], [f"{t}h"], perm=swap) for t in ("Q", "V")]
+        q_name, v_name, y_name = "Qh", "Vh", "Yh"
+        perm = [*range(rank - 3), rank - 2, rank - 1, rank - 3]  # K [*B, N, H, D] -> [*B, H, D, N]
+    body += [
         helper.make_node("Transpose", ["K"], ["Kt"], perm=perm),
-        helper.make_node("MatMul", ["Q", "Kt"], ["qk"]),
+        helper.make_node("MatMul", [q_name, "Kt"], ["qk"]),
         helper.make_node("Constant", [], ["scale32"], value=scale),
         helper.make_node("CastLike", ["scale32", "Q"], ["scale"]),
         helper.make_node("Mul", ["qk", "scale"], ["scores"]),
@@ -192,7 +201,9 @@ def _attention_call(lib: FunctionLibrary, node: Node, inputs: list[str], outputs
     if masked:
         body.append(helper.make_node("Add", ["scores", "mask"], ["masked"]))
     body += [helper.make_node("Softmax", ["masked" if masked else "scores"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "V"], ["Y"])]
+             helper.make_node("MatMul", ["p", v_name], [y_name])]
+    if y_name != "Y":
+        body.append(helper.make_node("Transpose", [y_name], ["Y"], perm=swap))
     formal = ["Q", "K", "V", "mask"] if masked else ["Q", "K", "V"]
     fname = lib.add(METADEF_DOMAIN, "Attention", body, formal, ["Y"], numbered=False)
     return _call(node, METADEF_DOMAIN, fname, inputs[:len(formal)], outputs,

@@ -6,7 +6,10 @@ ONNX has no operator for (``metadef.passes.recognize_patterns`` introduces them)
   two axes, with broadcast leading (batch, head) axes. K is taken untransposed, ``[*B, N, D]``
   like Q, so a recognizer absorbs or inserts the Transpose that produced ``Kᵀ``. Its semantics
   is a four-statement program: scores, their maximum, the sum of shifted exponentials, the
-  weighted sum of V.
+  weighted sum of V. ``layout="bshd"`` takes Q, K, V and gives Y with the heads after the
+  sequence (``[*B, M, H, D]``: a projection's output reshaped, as ORT's MultiHeadAttention
+  takes it), which spares the Transposes a transformer puts around it (the optimizer's
+  ``fold_attention_transposes``); the scores are ``[*B, H, M, N]`` either way.
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -16,6 +19,11 @@ Example:
     ...      parse_type("f32[b,12,s,64]"), parse_type("f32[b,1,1,s]")], {"scale": 0.125})
     >>> str(y)
     'f32[b,12,s,64]'
+    >>> y, = infer_types(get_op("Attention", "ai.metadef"), "/attn",
+    ...     [parse_type("f32[b,s,12,64]"), parse_type("f32[b,s,12,64]"),
+    ...      parse_type("f32[b,s,12,64]"), parse_type("f32[b,1,1,s]")], {"scale": 0.125, "layout": "bshd"})
+    >>> str(y)
+    'f32[b,s,12,64]'
     >>> print(attention_semantics({"scale": 0.125}, [(2, 5, 4), (2, 6, 4), (2, 6, 3)]))
     t_s[..., m, n] = scale * sum[d] Q[..., m, d] * K[..., n, d]
     t_max[..., m] = max[n] t_s[..., m, n]
@@ -28,9 +36,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metadef.ops.interface import REQUIRED, float_
+from metadef.ops.infer import InferContext
+from metadef.ops.interface import REQUIRED, float_, string
 from metadef.ops.metaop import SAME_AS_FIRST, metaop
 from metadef.ops.strategy import Role
+from metadef.ops.typerule import compile_rule
 from metadef.shape import Dim
 
 DOMAIN = "ai.metadef"
@@ -52,25 +62,55 @@ rule attention_type_infer:
   y: tensor<*B, M, Dv; T>
 """
 
+ATTENTION_BSHD_RULE = """
+rule attention_bshd_type_infer:
+  q: tensor<*B, M, H, D; T>
+  k: tensor<*B, N, H, D; T>
+  v: tensor<*B, N, H, Dv; T>
+  mask?: tensor<*C; T>
+  y: tensor<*B, M, H, Dv; T>
+"""
+
+LAYOUTS = ("bhsd", "bshd")
+"""``Attention``'s layouts: the heads among the batch axes (``[*B, M, D]``, the default), or
+after the sequence (``[*B, M, H, D]``)."""
+
+_RULES = {"bhsd": compile_rule(ATTENTION_RULE), "bshd": compile_rule(ATTENTION_BSHD_RULE)}
+
+
+def _attention_rule(ctx: InferContext) -> list[Any]:
+    layout = ctx.attrs["layout"]
+    if layout not in _RULES:
+        ctx.fail(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return list(_RULES[layout](ctx))
+
 
 def attention_semantics(attrs: Mapping[str, Any], shapes: Sequence[Sequence[Dim] | None]) -> str:
-    """Scores ``scale * Q Kᵀ (+ mask)``, a softmax over ``n`` (max, exp-sum), then ``· V``."""
-    mask = " + mask[..., m, n]" if len(shapes) > 3 and shapes[3] is not None else ""
-    shifted = "exp(t_s[..., m, n] - t_max[..., m])"
+    """Scores ``scale * Q Kᵀ (+ mask)``, a softmax over ``n`` (max, exp-sum), then ``· V``;
+    with ``layout="bshd"`` the head ``h`` indexes Q, K, V and Y after the sequence axis."""
+    heads = attrs.get("layout", "bhsd") == "bshd"
+    mask = ""
+    if len(shapes) > 3 and shapes[3] is not None:
+        rank = len(shapes[3])
+        mask = (" + mask[..., h, m, n]" if rank >= 3 else " + mask[m, n]" if rank == 2 else " + mask[n]") \
+            if heads else " + mask[..., m, n]"
+    h, qk = (", h", "h, ") if heads else ("", "")
+    shifted = f"exp(t_s[..., {qk}m, n] - t_max[..., {qk}m])"
     return "\n".join([
-        f"t_s[..., m, n] = scale * sum[d] Q[..., m, d] * K[..., n, d]{mask}",
-        "t_max[..., m] = max[n] t_s[..., m, n]",
-        f"t_sum[..., m] = sum[n] {shifted}",
-        f"Y[..., m, e] = sum[n] {shifted} * V[..., n, e] / t_sum[..., m]",
+        f"t_s[..., {qk}m, n] = scale * sum[d] Q[..., m{h}, d] * K[..., n{h}, d]{mask}",
+        f"t_max[..., {qk}m] = max[n] t_s[..., {qk}m, n]",
+        f"t_sum[..., {qk}m] = sum[n] {shifted}",
+        f"Y[..., m{h}, e] = sum[n] {shifted} * V[..., n{h}, e] / t_sum[..., {qk}m]",
     ])
 
 
 Attention = metaop(
     "Attention", domain=DOMAIN, inputs=("Q", "K", "V", "mask?"), outputs=("Y",),
-    attrs={"scale": float_(REQUIRED)}, types="T in {float}", rule=ATTENTION_RULE,
+    attrs={"scale": float_(REQUIRED), "layout": string("bhsd")}, types="T in {float}", rule=_attention_rule,
     semantics=attention_semantics, role=Role.CONTRACTION, parallel=("m",),
     doc="softmax(scale * Q @ K^T + mask, axis=-1) @ V; Q [*B,M,D], K [*B,N,D], V [*B,N,Dv], "
-        "mask broadcastable to [*B,M,N].",
+        "mask broadcastable to [*B,M,N]; layout 'bshd': Q [*B,M,H,D], K [*B,N,H,D], V [*B,N,H,Dv], "
+        "Y [*B,M,H,Dv], mask broadcastable to the scores [*B,H,M,N].",
 )
 
-__all__ = ["ATTENTION_RULE", "DOMAIN", "Attention", "SiLU", "attention_semantics"]
+__all__ = ["ATTENTION_BSHD_RULE", "ATTENTION_RULE", "DOMAIN", "LAYOUTS", "Attention", "SiLU", "attention_semantics"]

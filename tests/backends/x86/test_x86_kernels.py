@@ -304,6 +304,43 @@ def test_attention_softmax_rows_take_every_mask_shape(mask_type: str | None, nat
     assert kinds["attention softmax rows" if native else "attention softmax"] == sequences, kinds
 
 
+@pytest.mark.parametrize("products", ["own micro-kernel (md_bmm)", "sgemm"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("chunk_bytes", [None, 1])
+@pytest.mark.parametrize("mask_type", ["f32[b,1,1,t]", "f32[s,t]", "f32[b,3,s,1]", None])
+def test_attention_with_heads_after_the_sequence_reads_and_writes_in_place(
+        products: str, threads: int, chunk_bytes: int | None, mask_type: str | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``layout="bshd"`` (Q, K, V, Y ``[b, s, h, d]``): both products read each head's rows
+    ``h * d`` apart and write Y in place, through md_bmm or a batched sgemm per batch item, in
+    one sequence or head by head (``chunk_bytes`` 1), with a mask the softmax rows walk or one
+    the generated kernel broadcasts: the reference's answers, with no Transpose run."""
+    from metadef.backends.x86 import attention
+    monkeypatch.setattr(attention, "attention_products", lambda *args: products)
+    if chunk_bytes is not None:
+        monkeypatch.setattr(attention, "ATTENTION_CHUNK_BYTES", chunk_bytes)
+    bld = GraphBuilder("attn")
+    q = bld.input("q", parse_type("f32[b,s,3,20]"))
+    k = bld.input("k", parse_type("f32[b,t,3,20]"))
+    v = bld.input("v", parse_type("f32[b,t,3,9]"))
+    inputs = [q, k, v] + ([bld.input("mask", parse_type(mask_type))] if mask_type else [])
+    y, = bld.node("Attention", inputs, {"scale": 0.25, "layout": "bshd"}, name="/attn", domain="ai.metadef")
+    bld.output(y)
+    g = bld.build()
+    sess = md.compile(g, target="x86", threads=threads, cache=False)
+    ref = md.compile(g, target="reference")
+    for b, s, t in ((2, 37, 41), (1, 5, 70)):
+        feeds = {"q": _rand(b, s, 3, 20), "k": _rand(b, t, 3, 20), "v": _rand(b, t, 3, 9)}
+        if mask_type:
+            dims = {"b": b, "s": s, "t": t}
+            shape = [dims.get(d) or int(d) for d in mask_type[4:-1].split(",")]
+            feeds["mask"] = np.where(RNG.random(shape) < 0.3, -30.0, 0.0).astype(np.float32)
+        np.testing.assert_allclose(sess.run(feeds)[y.name], ref.run(feeds)[y.name], rtol=1e-4, atol=1e-5)
+    kinds = sess.executable.programs.bound({"b": 2, "s": 37, "t": 41}).call_kinds
+    assert kinds["attention scores own kernel" if products.startswith("own") else "attention scores"] >= 1, kinds
+    assert not any("Transpose" in kind for kind in kinds), kinds
+
+
 def test_softmax_rows_match_numpy_with_nan_and_tasks() -> None:
     """``md_softmax_rows`` directly: a row with a NaN comes out all NaN (as numpy's), very
     negative scores give zeros, not NaN, and three tasks cover every row once."""

@@ -80,3 +80,23 @@ def test_attention_graph_matches_the_decomposed_graph_on_the_reference_backend()
     want = md.compile(parse_graph(DECOMPOSED), target="reference").run(feeds)["y"]
     got = md.compile(parse_graph(FUSED, types="check"), target="reference").run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (2, 1, 1, 6), (2, 3, 5, 6), (5, 6), (6,)])
+def test_attention_with_heads_after_the_sequence_is_the_transposed_attention(mask_shape):
+    """``layout="bshd"``: Q, K, V, Y ``[b, s, h, d]``, the scores (and the mask) ``[b, h, m, n]``."""
+    q, k, v = _f32(2, 5, 3, 4), _f32(2, 6, 3, 4), _f32(2, 6, 3, 7)
+    mask = None if mask_shape is None else _f32(*mask_shape)
+    heads_first = [np.swapaxes(t, 1, 2) for t in (q, k, v)]
+    want = np.swapaxes(_attention_numpy(*heads_first, mask, 0.5), 1, 2)
+    operands = [q, k, v] + ([mask] if mask is not None else [])
+    types = [parse_type(f"f32[{','.join(map(str, t.shape))}]") for t in operands]
+    out, = infer_types(ATTENTION, "/attn", types, {"scale": 0.5, "layout": "bshd"})
+    assert out.shape == (2, 5, 3, 7)
+    y, = run_node(ATTENTION, {"scale": 0.5, "layout": "bshd"}, operands, [out])
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_layout_must_be_known():
+    with pytest.raises(MetadefError, match="layout must be one of bhsd, bshd"):
+        infer_types(ATTENTION, "/attn", [parse_type("f32[4,8]")] * 3, {"scale": 1.0, "layout": "sbhd"})
