@@ -308,10 +308,47 @@ def test_softmax_over_another_axis_is_not_attention():
     assert _recognize(g)[1] == []
 
 
+HEADS = """graph g(%x: f32[b,s,8], %m: f32[b,1,1,s]) -> (%y) {
+  %shape: i64[4] = const [0, 0, 2, 4]
+  %merged: i64[3] = const [0, 0, 8]
+  %q4: f32[b,s,2,4] = Reshape(%x, %shape) @q_heads
+  %k4: f32[b,s,2,4] = Reshape(%x, %shape) @k_heads
+  %v4: f32[b,s,2,4] = Reshape(%x, %shape) @v_heads
+  %q: f32[b,2,s,4] = Transpose(%q4) {perm=[0,2,1,3]} @q_t
+  %kt: f32[b,2,4,s] = Transpose(%k4) {perm=[0,2,3,1]} @k_t
+  %v: f32[b,2,s,4] = Transpose(%v4) {perm=[0,2,1,3]} @v_t
+  %scores: f32[b,2,s,s] = MatMul(%q, %kt) @scores
+  %masked: f32[b,2,s,s] = Add(%scores, %m) @masked
+  %probs: f32[b,2,s,s] = Softmax(%masked) {axis=-1} @softmax
+  %a: f32[b,2,s,4] = MatMul(%probs, %v) @attn/MatMul
+  %at: f32[b,s,2,4] = Transpose(%a) {perm=[0,2,1,3]} @attn/merge
+  %y: f32[b,s,8] = Reshape(%at, %merged) @y
+  return %y
+}"""
+
+
+def test_attention_reads_its_heads_in_place_when_transposes_surround_it():
+    """A transformer's heads: ``[b, s, h, d]`` swapped to ``[b, h, s, d]`` for the attention and
+    back after it: the Transposes fold into ``layout="bshd"``, and the numbers stay."""
+    g = parse_graph(HEADS)
+    after, log = _recognize(g)
+    assert _ops(after) == ["Reshape", "Reshape", "Reshape", "ai.metadef::Attention", "Reshape"]
+    assert after.nodes[3].attrs == {"scale": 1.0, "layout": "bshd"}
+    assert [line.split(" at ")[0] for line in log] == ["taken recognize_attention", "taken fold_attention_transposes"]
+    _same_numbers(g, after, {"x": _f32(2, 5, 8), "m": _f32(2, 1, 1, 5)})
+
+
+def test_attention_keeps_its_layout_when_its_heads_first_output_is_read_elsewhere():
+    g = parse_graph(HEADS.replace("-> (%y)", "-> (%y, %a)").replace("return %y", "return %y, %a"))
+    after, log = _recognize(g)
+    assert after.nodes[-3].attrs.get("layout", "bhsd") == "bhsd" and "Transpose" in _ops(after)
+    assert log[-1].startswith("refused fold_attention_transposes") and "other readers" in log[-1]
+
+
 def test_rule_names():
     assert sorted({r.name for r in recognition_rules}) == [
-        "expand_ort_attention", "recognize_attention", "recognize_gelu", "recognize_hardswish",
-        "recognize_layernorm", "recognize_onnx_attention", "recognize_silu"]
+        "expand_ort_attention", "fold_attention_transposes", "recognize_attention", "recognize_gelu",
+        "recognize_hardswish", "recognize_layernorm", "recognize_onnx_attention", "recognize_silu"]
 
 
 # ------------------------------------------------------------------------ ONNX export
@@ -345,7 +382,7 @@ def test_metadef_ops_export_with_their_domain():
 # -------------------------------------------------------------------------------- zoo
 
 ZOO = {  # nodes before -> after fold_batchnorm + recognize_patterns
-    "mlp": (7, 7), "resnet50": (175, 122), "mobilenetv2": (152, 100), "bert": (960, 664),
+    "mlp": (7, 7), "resnet50": (175, 122), "mobilenetv2": (152, 100), "bert": (960, 616),
 }
 
 

@@ -24,7 +24,7 @@ consumers.
 
 Example:
     >>> len(attention_rules), attention_rules[0].name, attention_rules[-1].name
-    (10, 'recognize_attention', 'expand_ort_attention')
+    (12, 'recognize_attention', 'fold_attention_transposes')
 """
 
 from __future__ import annotations
@@ -222,6 +222,31 @@ def _expand_ort(m: Match, ed: GraphEditor) -> Built:
     return [y, *node.outputs[1:]]
 
 
+def _heads_swap(node: Node) -> bool:
+    """A Transpose that swaps axes 1 and 2 of a 4-D tensor (``[b, s, h, d] <-> [b, h, s, d]``)."""
+    return [int(p) for p in node.attrs.get("perm", ())] == [0, 2, 1, 3]
+
+
+def _fold_patterns() -> Iterator[Pattern]:
+    parts = [op("Transpose", var(n), name=f"{n}_heads", where=_heads_swap) for n in ("q", "k", "v")]
+    for extra in ((), (var("mask"),)):
+        inner = op("Attention", *parts, *extra, name="inner", domain="ai.metadef",
+                   where=lambda n: n.attrs.get("layout", "bhsd") == "bhsd")
+        yield op("Transpose", inner, name="merge", where=_heads_swap)
+
+
+def _fold(m: Match, ed: GraphEditor) -> Built:
+    """``Transpose(Attention(Transpose(q), Transpose(k), Transpose(v)[, mask]))`` with each
+    Transpose swapping the sequence and head axes -> ``Attention(q, k, v[, mask],
+    layout="bshd")``: the projections' outputs read in place, the result written as the
+    Reshape after it wants (the Transposes stay where they have other readers)."""
+    inner = m.value("inner")
+    if ed.num_uses(inner) != 1 or ed.is_output(inner):
+        return Refusal("the attention's [b, h, s, d] output has other readers")
+    inputs = [m.value(n) for n in ("q", "k", "v")] + ([m.value("mask")] if m.has("mask") else [])
+    return emit(m, ed, "Attention", inputs, {**m.node("inner").attrs, "layout": "bshd"}, domain="ai.metadef")
+
+
 attention_rules = [Rule(RULE, p, _build, doc="softmax(Q Kt * scale + mask) V -> ai.metadef::Attention")
                    for p in _patterns()]
 attention_rules += [Rule("recognize_onnx_attention", op("Attention", *(var(n) for n in names), name="onnx_attention"),
@@ -230,5 +255,8 @@ attention_rules += [Rule("recognize_onnx_attention", op("Attention", *(var(n) fo
 attention_rules += [Rule("expand_ort_attention", op(kind, name="ort", domain="com.microsoft"), _expand_ort,
                          doc=f"ORT's com.microsoft::{kind} -> projections + ai.metadef::Attention")
                     for kind in ("Attention", "QAttention")]
+attention_rules += [Rule("fold_attention_transposes", p, _fold,
+                         doc="heads-first Transposes around ai.metadef::Attention -> layout='bshd'")
+                    for p in _fold_patterns()]
 
 __all__ = ["attention_rules"]
