@@ -32,6 +32,11 @@ weights into float32 ones.
   below 2**24), then the reference's requantization (int32 bias, ``x_scale * w_scale / y_scale``
   in float32, ``Round``, the zero point, ``Clip``), so the float depthwise kernels run it and the
   result is the reference's byte for byte.
+- ``exact_activations_qlinear_matmul``: a ``QLinearMatMul`` of two activations (attention's
+  ``Q Kᵀ`` and ``P V`` in a QOperator transformer) of depth at most 258 -> the same sums in
+  float32, exactly (``MatMul`` of ``a - a_zero_point`` and ``b - b_zero_point``: every partial
+  sum an integer below 2**24), then the reference's requantization, so the float batched
+  products and a generated epilogue run it, byte for byte the reference's.
 - ``drop_qdq_around_moves``: ``QuantizeLinear(M(DequantizeLinear(x), ...))`` where ``M`` only
   moves or selects values (MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather,
   Slice, Expand, DepthToSpace, SpaceToDepth, a nearest Resize) and both sides have the same
@@ -244,6 +249,36 @@ def _depthwise_in_float(m: Match, ed: GraphEditor) -> Built:
     return y
 
 
+def _activations_in_float(m: Match, ed: GraphEditor) -> Built:
+    node = m.node("qmm")
+    a, b = m.value("a"), m.value("b")
+    if b.const is not None:
+        return Refusal("B is a constant (the integer product kernels take it)")
+    depth = a.type.shape[-1] if a.type is not None and a.type.shape else None
+    if not isinstance(depth, int) or depth * 255 * 255 >= 2**24:
+        return Refusal(f"a depth of {depth}: the sums may not be exact in float32 (at most 258)")
+    sa, za, sb, zb, sy, zy = (np.asarray(m.value(n).const) for n in ("sa", "za", "sb", "zb", "sy", "zy"))
+    if any(v.size != 1 for v in (sa, za, sb, zb, sy, zy)) or zy.dtype not in _ONNX_CODES:
+        return Refusal("the scales and zero points are not per tensor, or the output is not 8-bit")
+    name = fused_name(node, "ActivationsInFloat")
+    shifted = []
+    for x, z in ((a, za), (b, zb)):
+        xf, = ed.add("Cast", [x], {"to": _ONNX_FLOAT}, name=name)
+        xs, = ed.add("Sub", [xf, ed.const("zero", np.float32(z.reshape(())))], name=name)
+        shifted.append(xs)
+    sums, = ed.add("MatMul", shifted, name=name)
+    # the reference's multiplier exactly: (a_scale * b_scale) / y_scale in float32
+    mult = np.float32(sa.reshape(())) * np.float32(sb.reshape(())) / np.float32(sy.reshape(()))
+    scaled, = ed.add("Mul", [sums, ed.const("mult", np.float32(mult))], name=name)
+    rounded, = ed.add("Round", [scaled], name=name)
+    shifted_y, = ed.add("Add", [rounded, ed.const("zy", np.float32(zy.reshape(())))], name=name)
+    info = np.iinfo(zy.dtype)
+    clipped, = ed.add("Clip", [shifted_y, ed.const("lo", np.float32(info.min)), ed.const("hi", np.float32(info.max))],
+                      name=name)
+    y, = ed.add("Cast", [clipped], {"to": _ONNX_CODES[zy.dtype]}, name=name)
+    return y
+
+
 def _moved(m: Match, ed: GraphEditor) -> Built:
     refusal = escaping(m, ed, shared=("dq_a",))
     if refusal is not None:
@@ -309,6 +344,11 @@ quantized_rules = [
               name="conv"),
            _depthwise_in_float, doc="a depthwise QLinearConv -> its exact sums as a float Conv, requantized")
       for bias in ((const("b"),), ())),
+    Rule("exact_activations_qlinear_matmul",
+         op("QLinearMatMul", var("a"), *(const(n) for n in ("sa", "za")), var("b"),
+            *(const(n) for n in ("sb", "zb", "sy", "zy")), name="qmm"),
+         _activations_in_float,
+         doc="a QLinearMatMul of two activations -> its exact sums as a float MatMul, requantized"),
     *(Rule("drop_qdq_around_moves", _quantized(op(move, _DQ_A, *(var() for _ in range(rest)), name="move")), _moved,
            doc="QuantizeLinear(M(DequantizeLinear(x), ...)) at one scale -> M(x, ...), M only moving values")
       for move, counts in _MOVES.items() for rest in counts),

@@ -315,3 +315,47 @@ def test_a_grouped_qlinear_conv_that_is_not_depthwise_stays() -> None:
     assert refused and "not a depthwise conv" in refused[0], log.lines()
     kept = md.optimize(_qlinear_depthwise(), level="moderate", disable_rules=["exact_depthwise_qlinear_conv"])
     assert [n.op for n in kept.nodes] == ["QLinearConv"]
+
+
+def _activations_product(a_type: str, b_type: str, dtype: type = np.uint8) -> Graph:
+    """A QLinearMatMul of two activations (a QOperator transformer's ``Q Kᵀ``)."""
+    b = GraphBuilder("g")
+    c = b.const
+    za, zb = (dtype(128), dtype(130)) if dtype is np.uint8 else (dtype(-5), dtype(3))
+    inputs = [b.input("a", parse_type(a_type)), c("sa", np.float32(0.05)), c("za", za),
+              b.input("b", parse_type(b_type)), c("sb", np.float32(0.03)), c("zb", zb), c("sy", np.float32(1.5)),
+              c("zy", za)]
+    y, = b.node("QLinearMatMul", inputs, name="qmm")
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_product_of_two_activations_becomes_its_exact_float_sums(dtype: type) -> None:
+    """Depth 64 (an attention head): the float MatMul's sums are exact, the requantization the
+    reference's: byte for byte on the reference and on x86 (a batched product, a generated
+    epilogue), the extreme values included."""
+    kind = "u8" if dtype is np.uint8 else "i8"
+    graph = _activations_product(f"{kind}[b,2,s,64]", f"{kind}[b,2,64,t]", dtype)
+    log = DecisionLog()
+    new = recognize_quantized(graph, PassContext(log=log))
+    ops = [n.op for n in new.nodes]
+    assert "QLinearMatMul" not in ops and "MatMul" in ops, log.lines()
+    info = np.iinfo(dtype)
+    for b, s, t in ((1, 5, 7), (2, 16, 33)):
+        feeds = {"a": RNG.integers(info.min, int(info.max) + 1, (b, 2, s, 64)).astype(dtype),
+                 "b": RNG.integers(info.min, int(info.max) + 1, (b, 2, 64, t)).astype(dtype)}
+        feeds["a"][0, 0, 0], feeds["b"][0, 0, :, 0] = info.max, info.min  # the largest sums
+        want = md.compile(graph, target="reference").run(feeds)["qmm_out"]
+        for target in ("reference", "x86"):
+            np.testing.assert_array_equal(md.compile(new, target=target).run(feeds)[new.outputs[0].name], want)
+        assert len(np.unique(want)) > 20
+
+
+def test_a_product_of_two_activations_with_an_unknown_or_long_depth_stays() -> None:
+    for a_type, b_type in (("u8[s,k]", "u8[k,t]"), ("u8[s,300]", "u8[300,t]")):
+        log = DecisionLog()
+        new = recognize_quantized(_activations_product(a_type, b_type), PassContext(log=log))
+        assert [n.op for n in new.nodes] == ["QLinearMatMul"]
+        refused = [line for line in log.lines() if line.startswith("refused exact_activations_qlinear_matmul")]
+        assert refused and "may not be exact in float32" in refused[0], log.lines()
