@@ -239,11 +239,16 @@ def _depthwise_in_float(m: Match, ed: GraphEditor) -> Built:
     mult = np.float32(sx.reshape(())) * np.broadcast_to(np.asarray(sw, np.float32).reshape(-1), (k,)) \
         / np.float32(sy.reshape(()))
     f, = ed.add("Cast", [acc], {"to": _ONNX_FLOAT}, name=name)
-    scaled, = ed.add("Mul", [f, ed.const("mult", mult.astype(np.float32).reshape(-1, 1, 1))], name=name)
-    rounded, = ed.add("Round", [scaled], name=name)
-    shifted_y, = ed.add("Add", [rounded, ed.const("zy", np.float32(zy.reshape(())))], name=name)
+    return _requantized(ed, name, f, mult.astype(np.float32).reshape(-1, 1, 1), zy)
+
+
+def _requantized(ed: GraphEditor, name: str, sums: Value, mult: np.ndarray, zy: np.ndarray) -> Value:
+    """The reference's requantization of exact float32 sums: ``Round(sums * mult)``, the zero
+    point added, clipped to its type's range, cast to it."""
+    rounded, = ed.add("Round", [ed.add("Mul", [sums, ed.const("mult", mult)], name=name)[0]], name=name)
+    shifted, = ed.add("Add", [rounded, ed.const("zy", np.float32(zy.reshape(())))], name=name)
     info = np.iinfo(zy.dtype)
-    clipped, = ed.add("Clip", [shifted_y, ed.const("lo", np.float32(info.min)), ed.const("hi", np.float32(info.max))],
+    clipped, = ed.add("Clip", [shifted, ed.const("lo", np.float32(info.min)), ed.const("hi", np.float32(info.max))],
                       name=name)
     y, = ed.add("Cast", [clipped], {"to": _ONNX_CODES[zy.dtype]}, name=name)
     return y
@@ -269,14 +274,7 @@ def _activations_in_float(m: Match, ed: GraphEditor) -> Built:
     sums, = ed.add("MatMul", shifted, name=name)
     # the reference's multiplier exactly: (a_scale * b_scale) / y_scale in float32
     mult = np.float32(sa.reshape(())) * np.float32(sb.reshape(())) / np.float32(sy.reshape(()))
-    scaled, = ed.add("Mul", [sums, ed.const("mult", np.float32(mult))], name=name)
-    rounded, = ed.add("Round", [scaled], name=name)
-    shifted_y, = ed.add("Add", [rounded, ed.const("zy", np.float32(zy.reshape(())))], name=name)
-    info = np.iinfo(zy.dtype)
-    clipped, = ed.add("Clip", [shifted_y, ed.const("lo", np.float32(info.min)), ed.const("hi", np.float32(info.max))],
-                      name=name)
-    y, = ed.add("Cast", [clipped], {"to": _ONNX_CODES[zy.dtype]}, name=name)
-    return y
+    return _requantized(ed, name, sums, np.asarray(mult, np.float32), zy)
 
 
 def _moved(m: Match, ed: GraphEditor) -> Built:

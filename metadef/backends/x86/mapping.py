@@ -283,13 +283,8 @@ def _softmax_kernel(node: Node) -> Any:
     if q is None or k is None or q.shape is None or k.shape is None or CODEGEN_MISSING is not None:
         return None
     b = GraphBuilder(f"{node.name}/softmax")
-    if node.attrs.get("layout", "bhsd") == "bshd":  # (Q [*B, M, H, D]: the scores are [*B, H, M, N])
-        scores = (*q.shape[:-3], q.shape[-2], q.shape[-3], k.shape[-3]) if len(q.shape) >= 3 and len(k.shape) >= 3 \
-            else None
-    else:
-        scores = (*q.shape[:-1], k.shape[-2])
-    if scores is None:
-        return None
+    heads_after = node.attrs.get("layout", "bhsd") == "bshd"  # (Q [*B, M, H, D]: the scores [*B, H, M, N])
+    scores = (*q.shape[:-3], q.shape[-2], q.shape[-3], k.shape[-3]) if heads_after else (*q.shape[:-1], k.shape[-2])
     s = b.input("scores", TensorType(q.dtype, scores))
     if mask is not None:
         if mask.type is None or mask.type.shape is None:
