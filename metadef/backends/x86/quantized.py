@@ -116,15 +116,25 @@ def constants(node: Node) -> list[np.ndarray | None]:
     return [None if v is None else v.const for v in node.inputs]
 
 
-def qgemm_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmPlan | str:
-    """The :class:`QGemmPlan` of a ``QLinearMatMul`` or ``com.microsoft::QGemm`` node whose
-    inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``
-    (``native`` False: the plan of :func:`exact_product`'s path, which needs no VNNI)."""
+def activations_refusal(node: Node, native: bool) -> str | None:
+    """Why an 8-bit product plan cannot be made for ``node`` before its operands are read: no
+    VNNI where ``native`` is asked for, or activations that are not 8-bit of a known rank."""
     if native and not has_vnni():
         return NO_VNNI
     a = node.inputs[0].type if node.inputs[0] is not None else None
     if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
         return "the activations' type or rank is unknown"
+    return None
+
+
+def qgemm_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmPlan | str:
+    """The :class:`QGemmPlan` of a ``QLinearMatMul`` or ``com.microsoft::QGemm`` node whose
+    inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``
+    (``native`` False: the plan of :func:`exact_product`'s path, which needs no VNNI)."""
+    refusal = activations_refusal(node, native)
+    if refusal:
+        return refusal
+    a = node.inputs[0].type
     get = list(values) + [None] * (9 - len(values))
     bias, alpha = None, 1.0
     if node.op == "QGemm":

@@ -45,6 +45,7 @@ from metadef.backends.x86.quantized import (
     QConvPlan,
     _aligned_rows,
     _reference,
+    activations_refusal,
     constants,
     exact_product,
     panel_tasks,
@@ -124,11 +125,10 @@ def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = 
     """The :class:`QGemmFloatPlan` of a ``MatMulIntegerToFloat`` node, or of a ``QGemm`` with a
     float output, whose inputs have ``values`` (None: not a constant), or why it cannot run as
     ``md_qgemmf`` (``native`` False: the plan of the path without VNNI)."""
-    if native and not has_vnni():
-        return NO_VNNI
-    a = node.inputs[0].type if node.inputs[0] is not None else None
-    if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
-        return "the activations' type or rank is unknown"
+    refusal = activations_refusal(node, native)
+    if refusal:
+        return refusal
+    a = node.inputs[0].type
     get = list(values) + [None] * (9 - len(values))
     given = [v is not None for v in node.inputs] + [False] * (9 - len(node.inputs))
     base = None

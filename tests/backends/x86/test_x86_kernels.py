@@ -19,7 +19,7 @@ from metadef.backends.x86.contractions import blas_info, blas_threads, conv_vari
 from metadef.backends.x86.mapping import split_epilogue
 from metadef.codegen.native import ENTRY, native_function
 from metadef.core.errors import BackendError, InputError
-from metadef.ir import GraphBuilder
+from metadef.ir import Graph, GraphBuilder, Value
 from metadef.runtime.session import Session
 from metadef.shape import parse_type
 
@@ -262,6 +262,16 @@ def test_attention_products_by_our_kernel_or_sgemm_match_reference(products: str
     assert kinds["attention softmax rows"] == scores  # (one each, or one each a sequence of heads)
 
 
+def _attention_graph(types: list[str], mask_type: str | None, attrs: dict) -> tuple[Graph, Value]:
+    """One ``ai.metadef::Attention`` of inputs q, k, v (and a mask of ``mask_type``)."""
+    bld = GraphBuilder("attn")
+    inputs = [bld.input(name, parse_type(t)) for name, t in zip("qkv", types)]
+    inputs += [bld.input("mask", parse_type(mask_type))] if mask_type else []
+    y, = bld.node("Attention", inputs, attrs, name="/attn", domain="ai.metadef")
+    bld.output(y)
+    return bld.build(), y
+
+
 # (mask shape, whether md_softmax_rows walks it; else the generated softmax kernel broadcasts it)
 _MASKS = [("f32[b,1,1,t]", True), ("f32[b,3,s,t]", True), ("f32[1,3,1,t]", True), ("f32[s,t]", True),
           ("f32[1,t]", True), ("f32[b,1,s,t]", True), ("f32[b,3,s,1]", False), (None, True)]
@@ -280,14 +290,7 @@ def test_attention_softmax_rows_take_every_mask_shape(mask_type: str | None, nat
     from metadef.backends.x86 import attention
     if chunk_bytes is not None:
         monkeypatch.setattr(attention, "ATTENTION_CHUNK_BYTES", chunk_bytes)
-    bld = GraphBuilder("attn")
-    q = bld.input("q", parse_type("f32[b,3,s,8]"))
-    k = bld.input("k", parse_type("f32[b,3,t,8]"))
-    v = bld.input("v", parse_type("f32[b,3,t,5]"))
-    inputs = [q, k, v] + ([bld.input("mask", parse_type(mask_type))] if mask_type else [])
-    y, = bld.node("Attention", inputs, {"scale": 0.5}, name="/attn", domain="ai.metadef")
-    bld.output(y)
-    g = bld.build()
+    g, y = _attention_graph(["f32[b,3,s,8]", "f32[b,3,t,8]", "f32[b,3,t,5]"], mask_type, {"scale": 0.5})
     sess = md.compile(g, target="x86", threads=threads, cache=False)
     ref = md.compile(g, target="reference")
     b, s, t = 2, 7, 41
@@ -319,14 +322,8 @@ def test_attention_with_heads_after_the_sequence_reads_and_writes_in_place(
     monkeypatch.setattr(attention, "attention_products", lambda *args: products)
     if chunk_bytes is not None:
         monkeypatch.setattr(attention, "ATTENTION_CHUNK_BYTES", chunk_bytes)
-    bld = GraphBuilder("attn")
-    q = bld.input("q", parse_type("f32[b,s,3,20]"))
-    k = bld.input("k", parse_type("f32[b,t,3,20]"))
-    v = bld.input("v", parse_type("f32[b,t,3,9]"))
-    inputs = [q, k, v] + ([bld.input("mask", parse_type(mask_type))] if mask_type else [])
-    y, = bld.node("Attention", inputs, {"scale": 0.25, "layout": "bshd"}, name="/attn", domain="ai.metadef")
-    bld.output(y)
-    g = bld.build()
+    g, y = _attention_graph(["f32[b,s,3,20]", "f32[b,t,3,20]", "f32[b,t,3,9]"], mask_type,
+                            {"scale": 0.25, "layout": "bshd"})
     sess = md.compile(g, target="x86", threads=threads, cache=False)
     ref = md.compile(g, target="reference")
     for b, s, t in ((2, 37, 41), (1, 5, 70)):
