@@ -221,21 +221,29 @@ def qgemm_function(node: Node) -> Any:
 def _activations_product(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
     """A QLinearMatMul of two activations (attention's products in a QOperator model): the
     integer sums exact through float32 batched products (BLAS) over chunks of 256 depths (8-bit
-    values less their zero points: each chunk's sums below 2**24), requantized as the reference
-    does; other forms (per-row scales, a QGemm) run the reference."""
+    values less their zero points: each chunk's sums below 2**24), the chunks summed in float64
+    (exact) and rounded once to float32, as the reference's int32 sum is; requantized in place
+    as the reference does. Other forms (per-row scales, a QGemm) run the reference."""
     a, sa, za, b, sb, zb, sy, zy = (list(args) + [None] * 8)[:8]
     if node.op != "QLinearMatMul" or a is None or b is None or np.ndim(a) < 2 or np.ndim(b) < 2 \
             or not all(_per_tensor(v) for v in (sa, za, sy, zy)) or np.size(zb) not in (1, np.shape(b)[-1]):
         return _reference(node, args)
-    fa = np.asarray(a, np.float32) - np.float32(np.asarray(za).reshape(()))
-    fb = np.asarray(b, np.float32) - np.asarray(zb, np.float32).reshape(-1 if np.size(zb) > 1 else ())
-    acc = np.zeros(np.broadcast_shapes(fa.shape[:-2], fb.shape[:-2]) + (fa.shape[-2], fb.shape[-1]), np.int64)
-    for k0 in range(0, fa.shape[-1], 256):
-        acc += np.matmul(fa[..., k0:k0 + 256], fb[..., k0:k0 + 256, :]).astype(np.int64)
+    fa = np.subtract(a, np.float32(np.asarray(za).reshape(())), dtype=np.float32)
+    fb = np.subtract(b, np.asarray(zb, np.float32).reshape(-1 if np.size(zb) > 1 else ()), dtype=np.float32)
+    depth = fa.shape[-1]
+    if depth <= 256:  # one chunk: its float32 sums are the integers themselves
+        acc = np.matmul(fa, fb)
+    else:  # chunks summed in float64 (exact), rounded once to float32 as the int32 sum would be
+        acc64 = np.matmul(fa[..., :256], fb[..., :256, :]).astype(np.float64)
+        for k0 in range(256, depth, 256):
+            acc64 += np.matmul(fa[..., k0:k0 + 256], fb[..., k0:k0 + 256, :])
+        acc = acc64.astype(np.float32)
     multiplier = np.asarray(sa, np.float32).reshape(()) * np.asarray(sb, np.float32).reshape(
         -1 if np.size(sb) > 1 else ()) / np.asarray(sy, np.float32).reshape(())
-    scaled = np.rint(acc.astype(np.int32).astype(np.float32) * multiplier) + np.float32(np.asarray(zy).reshape(()))
-    return np.clip(scaled, *saturation(np.asarray(zy).dtype)).astype(np.asarray(zy).dtype)
+    acc *= multiplier
+    np.rint(acc, out=acc)
+    acc += np.float32(np.asarray(zy).reshape(()))
+    return np.clip(acc, *saturation(np.asarray(zy).dtype), out=acc).astype(np.asarray(zy).dtype)
 
 
 def panel_tasks(plan: Any, m: int, count: int) -> list[tuple[int, ...]] | None:
