@@ -38,6 +38,7 @@ from metadef.backends.x86.depthwise import depthwise_function, depthwise_routine
 from metadef.backends.x86.einsum import einsum_lowering
 from metadef.backends.x86.epilogue import Epilogue, split_epilogue
 from metadef.backends.x86.indexing import gather_elements_node, gather_nd_node, scatter_elements_node, scatter_nd_node
+from metadef.backends.x86.lookup import lookup_node
 from metadef.backends.x86.native import NULL, Arg, Lowering, NativeStep
 from metadef.backends.x86.pooling import avgpool_lowering, maxpool_lowering
 from metadef.backends.x86.quantized import (
@@ -503,6 +504,7 @@ op_strategies: dict[str, tuple[Strategy, ...]] = {
     "CastLike": (castlike_node,),
     **{op: (softmax_node, generated_node) for op in ("Softmax", "LogSoftmax")},
     "TopK": (topk_node,),
+    "ai.metadef::Lookup": (lookup_node,),
     "com.microsoft::QAttention": (qattention_node,),
     **{op: (recurrent_node,) for op in ("RNN", "GRU", "LSTM")},
     "Concat": (movement.concat_node,),

@@ -10,6 +10,9 @@ ONNX has no operator for (``metadef.passes.recognize_patterns`` introduces them)
   sequence (``[*B, M, H, D]``: a projection's output reshaped, as ORT's MultiHeadAttention
   takes it), which spares the Transposes a transformer puts around it (the optimizer's
   ``fold_attention_transposes``); the scores are ``[*B, H, M, N]`` either way.
+- ``Lookup``: ``Y = table[X - min]`` for an 8-bit ``X`` and a 256-entry ``table``: any
+  elementwise function of one 8-bit tensor, tabulated (the optimizer's ``tabulate_8bit``
+  replaces such chains: a QOperator GELU, a quantized sigmoid).
 
 Example:
     >>> from metadef.ops import get_op, infer_types
@@ -35,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from metadef.ops.infer import InferContext
 from metadef.ops.interface import REQUIRED, float_, string
@@ -113,4 +118,33 @@ Attention = metaop(
         "Y [*B,M,H,Dv], mask broadcastable to the scores [*B,H,M,N].",
 )
 
-__all__ = ["ATTENTION_BSHD_RULE", "ATTENTION_RULE", "DOMAIN", "LAYOUTS", "Attention", "SiLU", "attention_semantics"]
+
+LOOKUP_RULE = """
+rule lookup_type_infer:
+  x: tensor<*S; T1>
+  table: tensor<256; T2>
+  y: tensor<*S; T2>
+"""
+
+
+def lookup_reference(inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """``table[x - min]``: each 8-bit value's entry (an int8 ``-128`` is entry 0).
+
+    Example:
+        >>> lookup_reference([np.array([-128, 0, 127], np.int8), np.arange(256.0)], {}).tolist()
+        [0.0, 128.0, 255.0]
+    """
+    x, table = inputs
+    x = np.asarray(x)
+    return np.asarray(table)[x.astype(np.int64) - int(np.iinfo(x.dtype).min)]
+
+
+Lookup = metaop(
+    "Lookup", domain=DOMAIN, inputs=("X: T1", "table: T2"), outputs=("Y: T2",),
+    types="T1 in {int8, uint8}; T2 in {all}", rule=compile_rule(LOOKUP_RULE), reference=lookup_reference,
+    role=Role.OPAQUE,
+    doc="Y = table[X - min(X's type)]: an elementwise function of an 8-bit tensor, tabulated (256 entries).",
+)
+
+__all__ = ["ATTENTION_BSHD_RULE", "ATTENTION_RULE", "DOMAIN", "LAYOUTS", "LOOKUP_RULE", "Attention", "Lookup", "SiLU",
+           "attention_semantics", "lookup_reference"]
