@@ -7,7 +7,8 @@
   dequantizes int8 weights, quantized layers in QDQ form) as single ops; numerics change by
   rounding only.
 - ``aggressive``: also decomposes ops the backends have no fast form of (GroupNormalization,
-  Tile), chooses layouts and forms fusion groups, the units of code generation.
+  Tile), chooses layouts, tabulates costly elementwise chains of one 8-bit tensor (256-entry
+  tables of the reference's own results) and forms fusion groups, the units of code generation.
 
 Example:
     >>> [p.__name__ for p in PIPELINES["safe"]][:3]
@@ -29,6 +30,7 @@ from metadef.passes.optimize_layout import optimize_layout
 from metadef.passes.recognize_patterns import recognize_patterns
 from metadef.passes.recognize_quantized import recognize_quantized
 from metadef.passes.simplify import simplify
+from metadef.passes.tabulate import tabulate
 
 _CLEANUP: list[GraphPass] = [
     simplify,
@@ -46,7 +48,7 @@ PIPELINES: dict[str, list[GraphPass]] = {
                  eliminate_dead_code],
     "aggressive": [
         recognize_quantized, *_CLEANUP, fold_batchnorm, recognize_patterns, decompose, optimize_layout,
-        fold_shape_arithmetic, fold_constants, simplify,
+        fold_shape_arithmetic, fold_constants, simplify, tabulate,
         eliminate_common_subexpressions, eliminate_dead_code, fuse_groups,
     ],
 }

@@ -8,8 +8,9 @@ model-local functions (``FunctionProto`` in ``model.functions``) built from stan
   the call's arity equal to the Fused node's (Netron shows the same edges as metadef's IR),
   make the function self-contained (two groups share a function only if their constants are
   equal too), and ONNX Runtime folds them when it inlines the call.
-- ``ai.metadef::SiLU`` and ``ai.metadef::Attention`` become calls of local functions of the
-  same name in ``ai.metadef`` (Sigmoid/Mul; Transpose/MatMul/Mul/Add/Softmax/MatMul), so the
+- ``ai.metadef::SiLU``, ``ai.metadef::Attention`` and ``ai.metadef::Lookup`` become calls of
+  local functions of the same name in ``ai.metadef`` (Sigmoid/Mul; Transpose/MatMul/Mul/Add/
+  Softmax/MatMul; Cast/Gather, ``LookupInt8`` with the offset of int8's -128), so the
   node reads as it does in metadef and runs in ONNX Runtime. (Gelu and LayerNormalization are
   standard ONNX ops in the IR already: the exported opset is at least 21.)
 - A function body that holds such ops calls their functions in turn (nested).
@@ -210,11 +211,25 @@ def _attention_call(lib: FunctionLibrary, node: Node, inputs: list[str], outputs
                  f"scaled-dot-product attention, scale {float(node.attrs['scale']):g}")
 
 
+def _lookup_call(lib: FunctionLibrary, node: Node, inputs: list[str], outputs: list[str]) -> onnx.NodeProto:
+    """Lookup(X, table) = Gather(table, Cast(X to int32) [+ 128 for an int8 X])."""
+    x = node.inputs[0]
+    signed = x is not None and x.type is not None and x.type.dtype.numpy == np.int8
+    body = [helper.make_node("Cast", ["X"], ["i" if signed else "index"], to=onnx.TensorProto.INT32)]
+    if signed:  # (int8's -128 is entry 0)
+        body += [helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(128, np.int32))),
+                 helper.make_node("Add", ["i", "half"], ["index"])]
+    body.append(helper.make_node("Gather", ["table", "index"], ["Y"], axis=0))
+    fname = lib.add(METADEF_DOMAIN, "LookupInt8" if signed else "Lookup", body, ["X", "table"], ["Y"], numbered=False)
+    return _call(node, METADEF_DOMAIN, fname, inputs, outputs, "an 8-bit tensor's entries in a 256-entry table")
+
+
 FunctionRule = Callable[[FunctionLibrary, Node, list[str], list[str]], onnx.NodeProto]
 function_rules: dict[tuple[str, str], FunctionRule] = {
     (METADEF_DOMAIN, "Fused"): _fused_call,
     (METADEF_DOMAIN, "SiLU"): _silu_call,
     (METADEF_DOMAIN, "Attention"): _attention_call,
+    (METADEF_DOMAIN, "Lookup"): _lookup_call,
 }
 """How each op ONNX Runtime does not know exports, keyed by (domain, op)."""
 
