@@ -34,6 +34,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from metadef.core.dtypes import from_numpy
@@ -129,9 +132,10 @@ def _operands(n: Node) -> list[Value]:
     return [v for v in inputs if v is not None]
 
 
-def chain(v: Value, source: Value) -> list[Node] | None:
+def chain(v: Value, source: Value, ok: Callable[[Node], bool] = _tabulable) -> list[Node] | None:
     """The nodes that compute ``v`` from ``source`` and single-element constants alone, each of
-    ``source``'s shape, in no particular order; None where ``v`` needs anything else.
+    ``source``'s shape, in no particular order; None where ``v`` needs anything else. ``ok``:
+    whether a node may be in it (:func:`_tabulable`, or a remembering form of it).
 
     Example:
         >>> from metadef.ir import parse_graph
@@ -149,7 +153,7 @@ def chain(v: Value, source: Value) -> list[Node] | None:
         if u is source or _scalar(u):
             continue
         p = u.producer
-        if p is None or not _tabulable(p) or u.type is None or u.type.shape != shape:
+        if p is None or not ok(p) or u.type is None or u.type.shape != shape:
             return None
         if id(p) not in found:
             found[id(p)] = p
@@ -159,7 +163,7 @@ def chain(v: Value, source: Value) -> list[Node] | None:
     return list(found.values())
 
 
-def longest_chain(v: Value) -> tuple[Value, list[Node]] | None:
+def longest_chain(v: Value, ok: Callable[[Node], bool] = _tabulable) -> tuple[Value, list[Node]] | None:
     """The 8-bit source and nodes of the longest chain ending at ``v`` (see :func:`chain`), or
     None: every non-constant 8-bit value behind ``v`` through tabulable nodes is tried."""
     candidates: dict[int, Value] = {}
@@ -172,11 +176,11 @@ def longest_chain(v: Value) -> tuple[Value, list[Node]] | None:
         seen.add(id(u))
         if _eight_bit(u) and u is not v:
             candidates[id(u)] = u
-        if u.producer is not None and _tabulable(u.producer):
+        if u.producer is not None and ok(u.producer):
             stack.extend(_operands(u.producer))
     best: tuple[Value, list[Node]] | None = None
     for source in candidates.values():
-        nodes = chain(v, source)
+        nodes = chain(v, source, ok)
         if nodes and (best is None or len(nodes) > len(best[1])):
             best = source, nodes
     return best
@@ -207,17 +211,23 @@ def table_of(nodes: list[Node], source: Value, v: Value) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values[id(v)]).reshape(256))
 
 
-def _tabulate(m: Match, ed: GraphEditor) -> Built:
+def _tabulate(m: Match, ed: GraphEditor, known: dict[Node, bool]) -> Built:
+    def ok(n: Node) -> bool:  # (remembered for the pass: each node's answer is asked many times)
+        got = known.get(n)
+        if got is None:
+            got = known[n] = _tabulable(n)
+        return got
+
     root = m.node("root")
-    if not _tabulable(root):
+    if not ok(root):
         return None
     v = root.outputs[0]
-    found = longest_chain(v)
+    found = longest_chain(v, ok)
     if found is None:
         return None
     source, nodes = found
     for user in ed.users(v):  # a later node of the same chain takes it whole
-        if _tabulable(user) and user.outputs[0].type is not None and chain(user.outputs[0], source):
+        if ok(user) and chain(user.outputs[0], source, ok):
             return None
     if len(nodes) == 1 and nodes[0].qualop == LOOKUP:
         return None
@@ -235,17 +245,20 @@ def _tabulate(m: Match, ed: GraphEditor) -> Built:
     return y
 
 
-RULES = [Rule("tabulate_8bit", op(None, name="root"), _tabulate,
-              doc="an elementwise chain from one 8-bit tensor -> ai.metadef::Lookup of its 256 results")]
+def rules() -> list[Rule]:
+    """The rule table (its rule remembers which nodes a chain may pass through: make it anew
+    for each graph)."""
+    return [Rule("tabulate_8bit", op(None, name="root"), functools.partial(_tabulate, known={}),
+                 doc="an elementwise chain from one 8-bit tensor -> ai.metadef::Lookup of its 256 results")]
 
 
 def tabulate(graph: Graph, ctx: PassContext) -> Graph:
     """A new graph where each costly elementwise chain from one 8-bit tensor is a table
     look-up (see the module doc)."""
-    new, _ = rewrite(graph, [r for r in RULES if r.name not in ctx.options.disabled], "tabulate", ctx.log,
+    new, _ = rewrite(graph, [r for r in rules() if r.name not in ctx.options.disabled], "tabulate", ctx.log,
                      ctx.options)
     return new
 
 
-__all__ = ["LOOKUP", "RULES", "TRANSCENDENTAL", "WORTH", "WORTH_WIDE", "chain", "chain_cost", "longest_chain",
-           "table_of", "tabulate", "worth_of"]
+__all__ = ["LOOKUP", "TRANSCENDENTAL", "WORTH", "WORTH_WIDE", "chain", "chain_cost", "longest_chain",
+           "rules", "table_of", "tabulate", "worth_of"]
