@@ -38,6 +38,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_resize2d``: a linear or cubic Resize of planes from per-axis tap tables (:mod:`.native_resize`).
 - ``md_lookup``: 8-bit values looked up in a 256-entry table, 64 at a time by ``vpermi2b``
   where the table is of bytes and the host has AVX512-VBMI (:mod:`.native_lookup`).
+- ``md_widen8``, ``md_requant8``: 8-bit values to float32 less their zero point, and float32
+  sums requantized to 8 bits as the reference does (:mod:`.native_q8`).
 - ``md_topk_rows``: TopK along rows, each row's best k kept sorted on the stack (:mod:`.native_topk`).
 - ``md_rnn_cell`` / ``md_gru_cell`` / ``md_lstm_cell``: one time step of the cells after their products
   (:mod:`.native_recurrent`).
@@ -127,6 +129,7 @@ from metadef.codegen.native_ir import (
 )
 from metadef.codegen.native_lookup import _lookup
 from metadef.codegen.native_pool import POOL, POOL_WORDS, _pool_module
+from metadef.codegen.native_q8 import _requant8, _widen8
 from metadef.codegen.native_qconv import _qconv, _qconvt, _qpack
 from metadef.codegen.native_qgemm import _qgemm, _qgemmf
 from metadef.codegen.native_qpool import _qmaxpool
@@ -446,6 +449,8 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_resize2d": _resize2d,
     "md_topk_rows": _topk_rows,
     "md_lookup": _lookup,
+    "md_widen8": _widen8,
+    "md_requant8": _requant8,
     "md_log_softmax_rows": _log_softmax_rows,
     **{name: functools.partial(_recurrent_cell, name=name) for name in CELL_ROUTINES},
     "md_depthwise": _depthwise,

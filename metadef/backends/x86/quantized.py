@@ -40,6 +40,7 @@ import numpy as np
 
 from metadef.backends.x86.choice import attrs_of
 from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, Shape, needing
+from metadef.backends.x86.quantized_activations import activations_lowering, activations_product
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qconv import qconv_dims, qconv_units, qconvi_dims, qpack_dims
 from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
@@ -200,7 +201,7 @@ def qgemm_function(node: Node) -> Any:
             plans[:] = [(list(args[1:]), qgemm_plan(node, [None, *args[1:]], native))]
         plan = plans[0][1]
         if isinstance(plan, str):
-            return _activations_product(node, args)
+            return activations_product(node, args, _reference)
         if plan.weights is not None:
             a = np.asarray(args[0])
             acc = exact_product(a.reshape(-1, plan.k).astype(np.float32), plan.weights) + plan.corr[:plan.n]
@@ -216,34 +217,6 @@ def qgemm_function(node: Node) -> Any:
         return y
 
     return run
-
-
-def _activations_product(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
-    """A QLinearMatMul of two activations (attention's products in a QOperator model): the
-    integer sums exact through float32 batched products (BLAS) over chunks of 256 depths (8-bit
-    values less their zero points: each chunk's sums below 2**24), the chunks summed in float64
-    (exact) and rounded once to float32, as the reference's int32 sum is; requantized in place
-    as the reference does. Other forms (per-row scales, a QGemm) run the reference."""
-    a, sa, za, b, sb, zb, sy, zy = (list(args) + [None] * 8)[:8]
-    if node.op != "QLinearMatMul" or a is None or b is None or np.ndim(a) < 2 or np.ndim(b) < 2 \
-            or not all(_per_tensor(v) for v in (sa, za, sy, zy)) or np.size(zb) not in (1, np.shape(b)[-1]):
-        return _reference(node, args)
-    fa = np.subtract(a, np.float32(np.asarray(za).reshape(())), dtype=np.float32)
-    fb = np.subtract(b, np.asarray(zb, np.float32).reshape(-1 if np.size(zb) > 1 else ()), dtype=np.float32)
-    depth = fa.shape[-1]
-    if depth <= 256:  # one chunk: its float32 sums are the integers themselves
-        acc = np.matmul(fa, fb)
-    else:  # chunks summed in float64 (exact), rounded once to float32 as the int32 sum would be
-        acc64 = np.matmul(fa[..., :256], fb[..., :256, :]).astype(np.float64)
-        for k0 in range(256, depth, 256):
-            acc64 += np.matmul(fa[..., k0:k0 + 256], fb[..., k0:k0 + 256, :])
-        acc = acc64.astype(np.float32)
-    multiplier = np.asarray(sa, np.float32).reshape(()) * np.asarray(sb, np.float32).reshape(
-        -1 if np.size(sb) > 1 else ()) / np.asarray(sy, np.float32).reshape(())
-    acc *= multiplier
-    np.rint(acc, out=acc)
-    acc += np.float32(np.asarray(zy).reshape(()))
-    return np.clip(acc, *saturation(np.asarray(zy).dtype), out=acc).astype(np.asarray(zy).dtype)
 
 
 def panel_tasks(plan: Any, m: int, count: int) -> list[tuple[int, ...]] | None:
@@ -287,7 +260,8 @@ def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, st
     plan = qgemm_plan(node, values, native) if values[3] is not None else None  # (in a group: known at run time)
     b = node.inputs[3].type if len(node.inputs) > 3 and node.inputs[3] is not None else None
     if plan is None and node.op == "QLinearMatMul" and b is not None and b.shape is not None and len(b.shape) != 2:
-        return qgemm_function(node), "exact integer products of two activations through float32 batched sgemm"
+        return qgemm_function(node), ("exact integer products of two activations: md_widen8, md_bmm, md_requant8 "
+                                      "up to a depth of 256, else float32 sgemm in chunks from Python")
     if isinstance(plan, str):
         return None, plan
     if not native:
@@ -299,7 +273,8 @@ def qlinear_matmul_native(node: Node, sources: Sequence[Arg], out: Arg, consts: 
                           ) -> Any:
     """``native_contractions``' entry: the node's lowering, or None."""
     plan = qgemm_plan(node, consts)
-    return None if isinstance(plan, str) else qgemm_lowering(plan, sources[0], out)
+    return activations_lowering(node, sources, out, consts) if isinstance(plan, str) else \
+        qgemm_lowering(plan, sources[0], out)
 
 
 # ------------------------------------------------------------------------------- QLinearConv

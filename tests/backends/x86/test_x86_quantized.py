@@ -447,3 +447,32 @@ def test_a_qlinear_matmul_of_two_activations_is_exact(k: int) -> None:
     (got,), (want,) = sess.run(feeds).values(), md.compile(graph, target="reference").run(feeds).values()
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 20
+
+
+@pytest.mark.parametrize(("a_dtype", "y_dtype"), [(np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attentions_p_v_of_a_symbolic_depth_runs_natively_up_to_256(a_dtype: type, y_dtype: type,
+                                                                    threads: int) -> None:
+    """``P V`` in a QOperator transformer: its depth is the sequence. Bound to at most 256, it
+    runs as md_widen8, md_bmm and md_requant8 (no Python); longer, from Python in chunks: the
+    reference's bytes either way, with the extreme values in."""
+    kind, mid = ("u8", 128) if a_dtype is np.uint8 else ("i8", 0)
+    b = GraphBuilder("g")
+    c = b.const
+    y, = b.node("QLinearMatMul", [b.input("p", parse_type(f"{kind}[n,4,s,s]")), c("sp", np.float32(1 / 255)),
+                                  c("zp", a_dtype(mid - 3)), b.input("v", parse_type(f"{kind}[n,4,s,24]")),
+                                  c("sv", np.float32(0.02)), c("zv", a_dtype(mid + 9)), c("sy", np.float32(0.14)),
+                                  c("zy", y_dtype(mid + 5))], name="pv")
+    b.output(y)
+    graph = b.build()
+    sess = md.compile(graph, target="x86", threads=threads, cache=False)
+    reference = md.compile(graph, target="reference")
+    info = np.iinfo(a_dtype)
+    for n, s in ((1, 5), (2, 100), (1, 256), (1, 300)):
+        feeds = {"p": _ints(a_dtype, (n, 4, s, s)), "v": _ints(a_dtype, (n, 4, s, 24))}
+        feeds["p"][0, 0, 0], feeds["v"][0, 0, :, 0] = info.max, info.min  # the largest sums
+        got = sess.run(feeds)["pv_out"]
+        np.testing.assert_array_equal(got, reference.run(feeds)["pv_out"])
+        assert len(np.unique(got)) > 20 or s == 5
+        ran = {row.what for row in sess.profile(feeds, runs=1).rows}
+        assert ("exact integer sums (md_bmm)" in ran) == (s <= 256), ran
