@@ -476,3 +476,22 @@ def test_attentions_p_v_of_a_symbolic_depth_runs_natively_up_to_256(a_dtype: typ
         assert len(np.unique(got)) > 20 or s == 5
         ran = {row.what for row in sess.profile(feeds, runs=1).rows}
         assert ("exact integer sums (md_bmm)" in ran) == (s <= 256), ran
+
+
+def test_a_product_of_two_activations_with_a_broadcast_batch_runs_from_python() -> None:
+    """Operands whose batch axes differ (one broadcast) take the chunked path from Python, with
+    the binding's reason: the reference's bytes."""
+    b = GraphBuilder("g")
+    c = b.const
+    y, = b.node("QLinearMatMul", [b.input("p", parse_type("u8[n,4,s,s]")), c("sp", np.float32(1 / 255)),
+                                  c("zp", np.uint8(125)), b.input("v", parse_type("u8[1,4,s,24]")),
+                                  c("sv", np.float32(0.02)), c("zv", np.uint8(137)), c("sy", np.float32(0.1)),
+                                  c("zy", np.uint8(133))], name="pv")
+    b.output(y)
+    graph = b.build()
+    sess = md.compile(graph, target="x86", cache=False)
+    feeds = {"p": _ints(np.uint8, (3, 4, 40, 40)), "v": _ints(np.uint8, (1, 4, 40, 24))}
+    got = sess.run(feeds)["pv_out"]
+    np.testing.assert_array_equal(got, md.compile(graph, target="reference").run(feeds)["pv_out"])
+    assert len(np.unique(got)) > 20
+    assert "exact integer sums (md_bmm)" not in {row.what for row in sess.profile(feeds, runs=1).rows}
