@@ -155,10 +155,13 @@ def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.
         got = sess.run({"x": x})["y"]
         # the integer products are exact; the float ops round differently, which could move an
         # activation across a quantization step (in BERT-base ONNX Runtime's own optimization
-        # levels differ by 2 % of the largest output): a few elements move by about one step
+        # levels differ by 2 % of the largest output): a few rows move by about one step (the
+        # LayerNorm spreads one moved activation over its row: one row of 18 was 5.5 % of the
+        # elements, which failed a count of elements where the test order changed the data)
         for want in (before.run({"x": x})["y"], ort_sess.run(None, {"x": x})[0]):
             off = np.abs(got - want)
-            assert off.max() <= 5e-3 and np.mean(off > 1e-5) < 0.02, (off.max(), np.mean(off > 1e-5))
+            moved = np.any(off > 1e-5, axis=-1)
+            assert off.max() <= 5e-3 and moved.sum() <= max(1, 0.02 * moved.size), (off.max(), moved.sum())
 
 
 @needs_vnni
