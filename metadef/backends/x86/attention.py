@@ -21,8 +21,8 @@ import numpy as np
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.native import (
     NULL,
+    OWN_PRODUCTS,
     PARALLEL_ELEMENTS,
-    PARALLEL_FLOPS,
     Arg,
     Call,
     Lowering,
@@ -31,6 +31,7 @@ from metadef.backends.x86.native import (
     _blas,
     _f32,
     binding_threads,
+    bmm_call,
     kernel_tasks,
     known_choice,
     measured_choice,
@@ -276,24 +277,6 @@ def softmax_rows_call(items: int, heads: int, m: int, n: int, strides: tuple[int
                 what, tasks)
 
 
-OWN_PRODUCTS = "own micro-kernel (md_bmm)"
-
-
-def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
-    """One ``md_bmm`` call (``options``: ``trans_b``, ``alpha``) that splits across the worker
-    pool by batch items.
-
-    Example:
-        >>> call = bmm_call((Arg("in", 0), Arg("in", 1), Arg("out", 0)), 12, 128, 128, 64, "scores")
-        >>> [dims[9:11] for dims in call.tasks(2)]
-        [(0, 2), (1, 2)]
-    """
-    def tasks(count: int) -> list[tuple[int, ...]] | None:
-        if count < 2 or batch < count or batch * m * n * k < PARALLEL_FLOPS:
-            return None
-        return [bmm_dims(batch, m, n, k, **options, task=t, tasks=count) for t in range(count)]
-
-    return Call(native_function("md_bmm"), args, bmm_dims(batch, m, n, k, **options), what, tasks)
 
 
 def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
@@ -322,4 +305,4 @@ def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
 
 
 __all__ = ["ATTENTION_CHUNK_BYTES", "OWN_PRODUCTS", "Geometry", "attention_chunk", "attention_lowering",
-           "attention_products", "bmm_call", "mask_strides", "softmax_rows_call"]
+           "attention_products", "mask_strides", "softmax_rows_call"]

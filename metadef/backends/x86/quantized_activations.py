@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from metadef.backends.x86.attention import bmm_call
-from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, needing
+from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, bmm_call, needing
 from metadef.codegen.native import native_function
 from metadef.codegen.native_bmm import BMM_STACK_FLOATS, bmm_packed_floats
 from metadef.codegen.native_q8 import requant8_dims, widen8_dims
