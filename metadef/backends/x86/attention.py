@@ -277,8 +277,6 @@ def softmax_rows_call(items: int, heads: int, m: int, n: int, strides: tuple[int
                 what, tasks)
 
 
-
-
 def attention_products(batch: int, m: int, n: int, d: int, dv: int) -> str:
     """:data:`OWN_PRODUCTS` or ``"sgemm"`` for attention's two products on these shapes:
     measured once (:func:`measured_choice`) where each head's packed operands fit
