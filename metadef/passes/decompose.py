@@ -28,6 +28,10 @@
   ``d * d`` phases (rows and columns modulo ``d``) taken as a batch, between two transposes, so
   a dilated 3x3 conv takes Winograd (planes and pads known multiples of ``d``, phases of at
   least :data:`PHASE_PIXELS`).
+- ``qlinear_concat_as_concat``: ONNX Runtime's ``QLinearConcat`` is a ``Concat`` of its inputs,
+  each requantized to the output's scale and zero point (``DequantizeLinear`` then
+  ``QuantizeLinear``, the reference's steps; an input already at them taken as it is): native
+  copies and generated kernels, where it ran on its numpy reference. The bytes are the same.
 - ``blocks_as_transpose``: DepthToSpace and SpaceToDepth are, by their definition, a Reshape to
   6-D, a Transpose and a Reshape back: views and one transpose kernel (they ran on their
   reference: 1.4x and 3.1x ONNX Runtime's time).
@@ -285,6 +289,33 @@ def _dilated(m: Match, ed: GraphEditor) -> Built:
     return out
 
 
+def _qlinear_concat(m: Match, ed: GraphEditor) -> Built:
+    """ONNX Runtime's ``QLinearConcat(y_scale, y_zero, x1, s1, z1, ...)`` -> ``Concat`` of each
+    input requantized to ``y``'s scale and zero point: ``QuantizeLinear(DequantizeLinear(x, s,
+    z), y_scale, y_zero)`` (the reference's steps exactly: ``(x - z) * s``, ``/ y_scale``,
+    rounded half to even, ``+ y_zero``, clipped), or ``x`` itself where its scale and zero point
+    are ``y``'s (those steps give ``x`` back)."""
+    node = m.node("root")
+    params = [node.inputs[0], node.inputs[1], *[node.inputs[i] for i in range(3, len(node.inputs), 3)],
+              *[node.inputs[i] for i in range(4, len(node.inputs), 3)]]
+    if any(v is None or v.const is None or np.size(v.const) != 1 for v in params):
+        return Refusal("a scale or zero point is computed at run time or not one per tensor")
+    sy, zy = (np.asarray(v.const).reshape(()) for v in node.inputs[:2])
+    parts = []
+    for i in range(2, len(node.inputs), 3):
+        x, s, z = node.inputs[i:i + 3]
+        sx, zx = np.asarray(s.const).reshape(()), np.asarray(z.const).reshape(())
+        if zx.dtype == zy.dtype and np.float32(sx) == np.float32(sy) and zx == zy:
+            parts.append(x)
+            continue
+        d, = ed.add("DequantizeLinear", [x, s, z], name=f"{node.name}/dequantize")
+        q, = ed.add("QuantizeLinear", [d, node.inputs[0], node.inputs[1]], name=f"{node.name}/requantize")
+        parts.append(q)
+    out, = ed.add("Concat", parts, {"axis": int(node.attrs["axis"])}, name=node.name)
+    take_name(out, node)
+    return out
+
+
 def _sink_squeeze(m: Match, ed: GraphEditor) -> Built:
     """``f(..., Squeeze(x), ...)`` -> ``Squeeze(f(..., x, ...))`` for an elementwise ``f`` whose
     other operands are constants of one element (a 1-D conv's activation, now on its 2-D conv's
@@ -335,6 +366,9 @@ decompose_rules: list[Rule] = [
     *[Rule("sink_squeeze", op(None, role=role, name="root"), _sink_squeeze, fuses=False,
            doc="an elementwise op of a Squeeze and one-element constants -> the op, then the Squeeze")
       for role in (Role.ELEMENTWISE, Role.BROADCAST)],
+    Rule("qlinear_concat_as_concat", op("QLinearConcat", name="root", domain="com.microsoft"), _qlinear_concat,
+         fuses=False,
+         doc="QLinearConcat -> each input requantized to the output's scale (unless it has it), Concat"),
     Rule("fold_squeeze_pair", op("Unsqueeze", op("Squeeze", name="inner"), const(), name="root"), _squeeze_pair,
          fuses=False, doc="Unsqueeze(Squeeze(x, axes), axes) -> x"),
 ]

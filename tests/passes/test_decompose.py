@@ -210,3 +210,37 @@ def test_dilated_convs_that_do_not_split_into_phases_stay(x_shape: tuple[int, ..
     after, log = _decomposed(md.import_onnx(model))
     assert [n.op for n in after.nodes] == ["Conv"] and log[0].startswith("refused dilated_as_dense at Conv_0") \
         and why in log[0]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_concat_as_a_concat_of_requantized_inputs(dtype: type) -> None:
+    """ONNX Runtime's QLinearConcat: the input at the output's scale is taken as it is, the others
+    requantized (DequantizeLinear, QuantizeLinear): the reference's bytes and ORT's, natively."""
+    from onnx import helper
+
+    info = np.iinfo(dtype)
+    z = lambda v: np.asarray(v, dtype)  # noqa: E731
+    consts = {"sy": np.float32(0.05), "zy": z(4), "s1": np.float32(0.05), "z1": z(4), "s2": np.float32(0.02),
+              "z2": z(9), "s3": np.float32(0.3), "z3": z(-7 if dtype is np.int8 else 200)}
+    feeds = {f"x{i}": RNG.integers(info.min, int(info.max) + 1, (2, c, 4)).astype(dtype)
+             for i, c in ((1, 3), (2, 5), (3, 2))}
+    node = helper.make_node("QLinearConcat", ["sy", "zy", "x1", "s1", "z1", "x2", "s2", "z2", "x3", "s3", "z3"],
+                            ["y"], domain="com.microsoft", axis=1)
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), ["b", v.shape[1], 4])
+                      for k, v in feeds.items()], [helper.make_empty_tensor_value_info("y")],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    graph = md.import_onnx(model)
+    ctx = PassContext()
+    new = decompose(graph, ctx)
+    assert sorted(n.op for n in new.nodes) == ["Concat", *["DequantizeLinear"] * 2, *["QuantizeLinear"] * 2], \
+        ctx.log.lines()
+    assert "taken qlinear_concat_as_concat at " in " ".join(ctx.log.lines())
+    want = md.compile(graph, target="reference").run(feeds)["y"]
+    np.testing.assert_array_equal(
+        want, ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0])
+    np.testing.assert_array_equal(md.compile(new, target="reference").run(feeds)["y"], want)
+    sess = md.compile(md.optimize(graph, level="aggressive"), target="x86", cache=False)
+    np.testing.assert_array_equal(sess.run(feeds)["y"], want)
+    assert not [e for e in sess.executable.plan if e.fallback], sess.executable.summary()
