@@ -1,8 +1,9 @@
 """Single ops vs ONNX Runtime, measured interleaved: the ops of users' models beyond the zoo.
 
 Each case is a one- or two-node ONNX model. First the ops that used to leave x86's native
-program: a decoder's 2x ConvTranspose, an Inception-style Concat of four branches, BERT's
-embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest 2x upsampling, a CastLike.
+program: a decoder's 2x ConvTranspose, an Inception-style Concat of four branches (and a QOperator
+model's QLinearConcat), BERT's embedding Gather, a tf2onnx-style Pad before a conv, YOLO's nearest
+2x upsampling, a CastLike.
 Then generated and routine kernels on common shapes: transcendental activations, the softmax
 family (rows, and over channels), reductions along rows and down columns, norms (GroupNorm too),
 transposes, ``Pow(x, 2)`` (RMSNorm's square), linear and cubic Resize, Tile, YOLO's 5x5 pool,
@@ -54,6 +55,7 @@ def cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
         "Concat of 4 x [64,28,28]": (_model(
             [helper.make_node("Concat", list(branches), ["y"], axis=1)],
             [helper.make_tensor_value_info(k, F, ["n", 64, 28, 28]) for k in branches], {}), branches),
+        "QLinearConcat of [64|96|32,28,28] uint8 (QOperator Inception)": _qlinear_concat(),
         "Gather 8x128 rows of [30522,768]": (_model(
             [helper.make_node("Gather", ["table", "ids"], ["y"])],
             [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
@@ -192,6 +194,21 @@ def _one(op: str, shape: tuple[int, ...], consts: dict[str, np.ndarray] | None =
         [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     return model, {"x": RNG.standard_normal(shape).astype(np.float32)}
+
+
+def _qlinear_concat() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """ORT's QLinearConcat of three uint8 branches, one at the output's scale and zero point."""
+    consts = {"sy": np.float32(0.05), "zy": np.uint8(4), "s1": np.float32(0.05), "z1": np.uint8(4),
+              "s2": np.float32(0.02), "z2": np.uint8(9), "s3": np.float32(0.3), "z3": np.uint8(200)}
+    feeds = {f"x{i}": RNG.integers(0, 256, (1, c, 28, 28)).astype(np.uint8) for i, c in ((1, 64), (2, 96), (3, 32))}
+    node = helper.make_node("QLinearConcat", ["sy", "zy", "x1", "s1", "z1", "x2", "s2", "z2", "x3", "s3", "z3"],
+                            ["y"], domain="com.microsoft", axis=1)
+    inputs = [helper.make_tensor_value_info(k, TensorProto.UINT8, ["n", *v.shape[1:]]) for k, v in feeds.items()]
+    graph = helper.make_graph(
+        [node], "op", inputs, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets), feeds
 
 
 def main() -> None:
