@@ -62,10 +62,17 @@ TRANSCENDENTAL = frozenset({
 """Ops that cost a look-up's time many times over on their own (qualified names)."""
 
 WORTH = 6
-"""The least :func:`chain_cost` a chain of 8-bit results must have to be tabulated: a table of
-bytes is looked up about as fast as a handful of vectorized steps run (64 elements in a few
-instructions on x86), so ``DequantizeLinear -> Relu -> QuantizeLinear`` (5) stays as it is and
-anything with a transcendental step (8) or two requantizations goes."""
+"""The least :func:`chain_cost` a chain of 8-bit results must have to be tabulated. Alone, a
+table of bytes is faster than any generated chain (``vpermi2b``: 64 elements in a few
+instructions, where a kernel converts bytes to floats and back): on 802,816 bytes (one core, Zen
+4, outputs given) ``DequantizeLinear -> QuantizeLinear`` took 146 us as a generated kernel and
+28 as a table. But a cheap chain usually runs inside a bigger fused group (the epilogue of the
+product before it), where it costs only its steps, and a table between two groups moves the
+rest elsewhere: at 4, QOperator BERT's score scaling (``DequantizeLinear -> Div ->
+QuantizeLinear``, 5) became a table, its mask's ``QLinearAdd`` joined the softmax's group and was
+computed there on each of its three passes (0.36 -> 0.47 ms a layer). So a requantization or a
+``Relu`` between quantize steps (4, 5) stays, and a transcendental step (8) or two
+requantizations go."""
 
 WORTH_WIDE = 8
 """The same for wider results (a float table): such a look-up takes about a cycle an element,
