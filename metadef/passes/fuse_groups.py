@@ -7,9 +7,11 @@ The pass never looks at an op's name: it reads ``node.metaop.role``.
   Add whose other operand comes from outside) while each value inside the chain has exactly
   one consumer (rules ``contraction_epilogue``, ``reduction_epilogue``). A reduction first
   absorbs its elementwise prologue: producers whose outputs are read only inside the group
-  (``reduction_prologue``). An epilogue then absorbs the one-input elementwise producers of its
-  other operands that only it reads (``epilogue_operands``: a residual Add's dequantization,
-  so the group reads the 8-bit tensor instead of a float copy of it written just for it).
+  (``reduction_prologue``), unless computing one again on each of the anchor's passes over it
+  costs more than reading it back (:data:`RECOMPUTE_LIMIT`). An epilogue then absorbs the
+  one-input elementwise producers of its other operands that only it reads
+  (``epilogue_operands``: a residual Add's dequantization, so the group reads the 8-bit tensor
+  instead of a float copy of it written just for it).
 - ELEMENTWISE / BROADCAST nodes left over form chains of their own (``elementwise_chain``).
 - INJECTIVE nodes (reshape, transpose) end a group; OPAQUE nodes are never grouped; a node
   marked ``no_fuse`` is never absorbed; a group of one node stays as it is.
@@ -53,6 +55,7 @@ from metadef.ir import Graph, Node, Value
 from metadef.ops import Role
 from metadef.ops.defs.fused import Fused
 from metadef.passes.base import PassContext
+from metadef.passes.recompute import expression_cost, passes_over
 from metadef.rewrite import GraphEditor
 
 PASS_NAME = "fuse_groups"
@@ -91,6 +94,26 @@ def _opaque(node: Node) -> str | None:
     if node.metaop.semantics.opaque:
         return f"{node.name} ({node.qualop}) has no index expression to generate code from"
     return None
+
+
+RECOMPUTE_LIMIT = 8
+"""The most extra operations an element a reduction's prologue node may cost by being computed
+on each of the anchor's passes (its :func:`~metadef.passes.recompute.expression_cost` times the
+passes less one); past it the node stays outside, computed once and read back. A float mask's
+``Add`` (1) or a ``DequantizeLinear`` (3) inside a softmax (3 passes) costs 2 or 6 and joins;
+a ``QLinearAdd`` (about 15, a requantization) does not: inside the softmax of QOperator BERT's
+attention it made the group 0.18 -> 0.44 ms a layer."""
+
+
+def _recomputed(node: Node, passes: int, anchor: Node) -> str | None:
+    """Why ``node`` should not be inlined into ``passes`` passes of ``anchor``, or None."""
+    if passes < 2:
+        return None
+    cost = expression_cost(node)
+    if cost is None or cost * (passes - 1) <= RECOMPUTE_LIMIT:
+        return None
+    return (f"{node.name} costs about {cost} operations an element and {anchor.name} reads it on {passes} passes: "
+            f"computed once outside instead")
 
 
 def _strings_of(node: Node) -> str | None:
@@ -215,14 +238,17 @@ class _Planner:
         producer read by another candidate is looked at again when that one joins (a diamond);
         it is refused only if it is still read outside at the end."""
         absorbed: list[Node] = []
-        frontier = [group.anchor]
+        anchor = group.anchor
+        frontier = [(anchor, [passes_over(anchor, i) if v is not None and v.const is None else 1
+                              for i, v in enumerate(anchor.inputs)])]
         waiting: dict[int, Node] = {}
         while frontier:
-            for v in frontier.pop().inputs:
+            member, passes = frontier.pop()
+            for v, times in zip(member.inputs, passes):
                 node = None if v is None else v.producer
                 if node is None or node.metaop.role not in CHAIN_ROLES or id(node) in group.members:
                     continue
-                reason = self.blocked(group, rule, node)
+                reason = self.blocked(group, rule, node) or _recomputed(node, times, anchor)
                 if reason is not None:
                     self.refuse(group, rule, node, reason)
                 elif self.read_outside(group, node) is not None:
@@ -231,7 +257,7 @@ class _Planner:
                     waiting.pop(id(node), None)
                     self.absorb(group, node)
                     absorbed.append(node)
-                    frontier.append(node)
+                    frontier.append((node, [times] * len(node.inputs)))
         for node in waiting.values():
             out = self.read_outside(group, node)
             self.refuse(group, rule, node, f"%{out.name} has {self.uses(out)} consumers")

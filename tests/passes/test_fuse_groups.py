@@ -262,6 +262,34 @@ def test_a_diamond_prologue_joins_whole_and_quietly():
     assert ctx.log.lines() == ["taken reduction_prologue at sum (exp, neg, add, sum)"]
 
 
+SOFTMAX_OF = """graph g(%x: f32[n,8]) -> (%y) {{
+  %m: f32[] = const [2.0]
+  %p: f32[n,8] = {op} @pre
+  %y: f32[n,8] = Softmax(%p) @softmax
+  return %y
+}}
+"""
+
+
+@pytest.mark.parametrize(("producer", "joins"), [("Add(%x, %m)", True), ("Tanh(%x)", False), ("Erf(%x)", False)])
+def test_a_softmax_takes_a_cheap_prologue_and_leaves_a_costly_one_computed_once(producer: str, joins: bool):
+    """Softmax reads its input on three passes, and its group computes a prologue node on each:
+    a mask's Add (1 operation an element) joins, a Tanh (a transcendental: 8) stays outside."""
+    after, ctx = fuse(SOFTMAX_OF.format(op=producer))
+    groups = group_summary(after)
+    if joins:
+        assert groups == [("softmax/fused", "prologue+reduction", ["pre", "softmax"])]
+    else:
+        assert groups == []
+        assert ctx.log.lines() == ["refused reduction_prologue at softmax: pre costs about 8 operations an element "
+                                   "and softmax reads it on 3 passes: computed once outside instead"]
+
+
+def test_a_one_pass_reduction_takes_even_a_costly_prologue():
+    after, _ = fuse(LOGSUMEXP.replace("Exp(%x)", "Tanh(%x)"))
+    assert group_summary(after)[0][2] == ["exp", "sum", "log"]
+
+
 # --- elementwise chains, boundaries ---------------------------------------------------------
 
 SILU = """graph g(%x: f32[n,8], %y: f32[n,8]) -> (%z) {
