@@ -10,7 +10,7 @@ ONNX Runtime tabulates its own ``QLinearSigmoid`` and ``QLinearLeakyRelu`` the s
 Rule ``tabulate_8bit``: at a node whose output is computed, through pure elementwise ops
 (or an earlier table) whose other inputs are single-element constants, from one int8 or
 uint8 value ``x`` of the same shape, and where that costs more than a table look-up does
-(a transcendental op, requantizations: see :func:`chain_cost` and :func:`worth_of`), the
+(a requantization or more: see :func:`chain_cost` and :func:`worth_of`), the
 chain becomes
 ``ai.metadef::Lookup(x, table)``. The table is the chain itself, run by the reference
 evaluator on the 256 values, so each result is the reference's to the bit. The chain taken is
@@ -61,18 +61,17 @@ TRANSCENDENTAL = frozenset({
 })
 """Ops that cost a look-up's time many times over on their own (qualified names)."""
 
-WORTH = 6
-"""The least :func:`chain_cost` a chain of 8-bit results must have to be tabulated. Alone, a
-table of bytes is faster than any generated chain (``vpermi2b``: 64 elements in a few
-instructions, where a kernel converts bytes to floats and back): on 802,816 bytes (one core, Zen
-4, outputs given) ``DequantizeLinear -> QuantizeLinear`` took 146 us as a generated kernel and
-28 as a table. But a cheap chain usually runs inside a bigger fused group (the epilogue of the
-product before it), where it costs only its steps, and a table between two groups moves the
-rest elsewhere: at 4, QOperator BERT's score scaling (``DequantizeLinear -> Div ->
-QuantizeLinear``, 5) became a table, its mask's ``QLinearAdd`` joined the softmax's group and was
-computed there on each of its three passes (0.36 -> 0.47 ms a layer). So a requantization or a
-``Relu`` between quantize steps (4, 5) stays, and a transcendental step (8) or two
-requantizations go."""
+WORTH = 4
+"""The least :func:`chain_cost` a chain of 8-bit results must have to be tabulated: a
+requantization (``DequantizeLinear -> QuantizeLinear``, 4) and anything more; one cheap step
+(a Cast) stays. A table of bytes takes 64 elements in a few instructions on x86 (``vpermi2b``),
+where a generated kernel converts each vector of bytes to floats and back around the chain's
+steps: on 802,816 bytes (one core, Zen 4, outputs given) ``DequantizeLinear -> QuantizeLinear``
+took 146 us as a generated kernel and 28 as a table, with a ``Relu`` between them 170 and 27.
+(In QOperator BERT the score scaling, 5, became a table; the mask's ``QLinearAdd`` after it then
+went into the softmax's group and was computed on each of its three passes, 0.36 -> 0.47 ms a
+layer, until ``fuse_groups`` weighed that: see its ``RECOMPUTE_LIMIT``; now 0.29.) Without
+AVX512-VBMI the table is read a byte at a time, about as fast as such a kernel."""
 
 WORTH_WIDE = 8
 """The same for wider results (a float table): such a look-up takes about a cycle an element,

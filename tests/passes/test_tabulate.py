@@ -103,11 +103,13 @@ def test_a_float_result_gets_a_float_table() -> None:
                                   md.compile(graph, target="reference").run(feeds)[graph.outputs[0].name])
 
 
-def test_a_cheap_chain_stays_with_its_reason() -> None:
+def test_a_requantization_becomes_a_table_and_a_cheap_float_chain_stays_with_its_reason() -> None:
     graph = _chain([("Relu", []), ("QuantizeLinear", [np.float32(0.05), np.uint8(0)])])
+    assert [n.qualop for n in tabulate(graph, PassContext()).nodes] == ["ai.metadef::Lookup"]
+    graph = _chain([("Relu", []), ("Mul", [np.float32(3.0)])])  # (a float result: a table read slower)
     ctx = PassContext()
     new = tabulate(graph, ctx)
-    assert [n.op for n in new.nodes] == ["DequantizeLinear", "Relu", "QuantizeLinear"]
+    assert [n.op for n in new.nodes] == ["DequantizeLinear", "Relu", "Mul"]
     assert chain_cost(graph.nodes) < worth_of(graph.outputs[0])
     assert any(line.startswith("refused tabulate_8bit") and "table look-up" in line for line in ctx.log.lines())
 
