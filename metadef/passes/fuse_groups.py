@@ -101,8 +101,8 @@ RECOMPUTE_LIMIT = 8
 on each of the anchor's passes (its :func:`~metadef.passes.recompute.expression_cost` times the
 passes less one); past it the node stays outside, computed once and read back. A float mask's
 ``Add`` (1) or a ``DequantizeLinear`` (3) inside a softmax (3 passes) costs 2 or 6 and joins;
-a ``QLinearAdd`` (about 15, a requantization) does not: inside the softmax of QOperator BERT's
-attention it made the group 0.18 -> 0.44 ms a layer."""
+a ``QLinearAdd`` (27: two dequantizations and a requantization) does not: inside the softmax of
+QOperator BERT's attention it made the group 0.18 -> 0.44 ms a layer."""
 
 
 def _recomputed(node: Node, passes: int, anchor: Node) -> str | None:
@@ -113,7 +113,7 @@ def _recomputed(node: Node, passes: int, anchor: Node) -> str | None:
     if cost is None or cost * (passes - 1) <= RECOMPUTE_LIMIT:
         return None
     return (f"{node.name} costs about {cost} operations an element and {anchor.name} reads it on {passes} passes: "
-            f"computed once outside instead")
+            "computed once outside instead")
 
 
 def _strings_of(node: Node) -> str | None:
