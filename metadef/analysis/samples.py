@@ -40,11 +40,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metadef.core.errors import MetadefError
+from metadef.analysis.programs import program_of
 from metadef.ir import Graph, Node, Value
-from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval.run import tensor_names
-from metadef.ops.semantic_tree import Access, Affine, EllipsisIndex, Program
+from metadef.ops.semantic_tree import Access, Affine, EllipsisIndex
 from metadef.shape import free_symbols, sym
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -110,15 +109,9 @@ def _node_separable(node: Node, s: str) -> bool:
 def _semantics_separable(node: Node, batched: Sequence[bool]) -> bool:
     op = node.metaop
     shapes = [None if v is None or v.type is None else v.type.shape for v in node.inputs]
-    values = [v.const if v is not None and i in op.reads else None for i, v in enumerate(node.inputs)]
-    try:
-        found = op.semantics.instantiate(resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs),
-                                         shapes, values)
-    except (MetadefError, KeyError, TypeError, ValueError):
+    program = program_of(node)
+    if program is None:
         return False
-    if found is None:
-        return False
-    program: Program = found[0]
     inputs = tensor_names(op, len(node.inputs))
     batched_names = {name for name, b in zip(inputs, batched) if b}
     ranks = {name: len(shape) for name, shape in zip(inputs, shapes) if shape is not None}

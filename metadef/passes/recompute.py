@@ -20,11 +20,10 @@ Example:
 
 from __future__ import annotations
 
-from metadef.core.errors import MetadefError
+from metadef.analysis.programs import program_of
 from metadef.ir import Node
-from metadef.ops.interface import resolve_attrs
 from metadef.ops.numpy_eval.run import tensor_names
-from metadef.ops.semantic_tree import Binary, Call, Program, Unary
+from metadef.ops.semantic_tree import Binary, Call, Unary
 
 TRANSCENDENTAL = frozenset({"exp", "expm1", "log", "tanh", "erf", "ndtr", "sigmoid", "softplus", "sin", "cos",
                             "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "pow"})
@@ -33,28 +32,6 @@ TRANSCENDENTAL = frozenset({"exp", "expm1", "log", "tanh", "erf", "ndtr", "sigmo
 TRANSCENDENTAL_COST = 8
 DIVISION_COST = 4
 """A division takes several times an addition's throughput (``vdivps``)."""
-
-
-def program_of(node: Node) -> Program | None:
-    """The node's semantics as a program for its input types (None: opaque, or unknown here).
-
-    Example:
-        >>> from metadef.ir import parse_graph
-        >>> g = parse_graph("graph g(%x: f32[n]) -> (%y) { %y: f32[n] = Relu(%x) return %y }")
-        >>> str(program_of(g.nodes[0]))
-        'Y[...] = max(X[...], 0)'
-    """
-    op = node.metaop
-    if op.semantics.opaque:
-        return None
-    shapes = [None if v is None or v.type is None else v.type.shape for v in node.inputs]
-    values = [v.const if v is not None and i in op.reads else None for i, v in enumerate(node.inputs)]
-    try:
-        found = op.semantics.instantiate(resolve_attrs(op.name, f"(node {node.name})", op.attrs, node.attrs),
-                                         shapes, values)
-    except (MetadefError, KeyError, TypeError, ValueError):
-        return None
-    return None if found is None else found[0]
 
 
 def passes_over(node: Node, index: int) -> int:
@@ -99,4 +76,4 @@ def expression_cost(node: Node) -> int | None:
     return cost
 
 
-__all__ = ["DIVISION_COST", "TRANSCENDENTAL", "TRANSCENDENTAL_COST", "expression_cost", "passes_over", "program_of"]
+__all__ = ["DIVISION_COST", "TRANSCENDENTAL", "TRANSCENDENTAL_COST", "expression_cost", "passes_over"]
