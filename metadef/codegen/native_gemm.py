@@ -135,8 +135,9 @@ def pack_conv1x1_weights(w: np.ndarray) -> np.ndarray:
     rows]``, ``rows`` = :func:`conv1x1_rows`.
 
     Example:
-        >>> pack_conv1x1_weights(np.ones((13, 3), np.float32)).shape[:2]
-        (2, 3)
+        >>> packed = pack_conv1x1_weights(np.ones((13, 3), np.float32))
+        >>> packed.shape == (-(-13 // conv1x1_rows()), 3, conv1x1_rows())
+        True
     """
     return pack_rows(w.reshape(w.shape[0], -1), conv1x1_rows())
 

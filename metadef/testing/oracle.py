@@ -57,6 +57,28 @@ class OracleCheck:
         return all(o.ok for o in self.outputs)
 
 
+# ONNX Runtime's uint8 x int8 kernel on x86 hosts without VNNI (AVX2's ``vpmaddubsw``) adds the
+# products two at a time in int16, saturating: its integer products differ from the exact ones
+# (and from ours) when a pair's sum passes 32767. Weights within +-64 keep every pair exact
+# (2 * 255 * 64 = 32640), the range ORT's own quantizer gives weights with ``reduce_range``.
+ORT_EXACT_INT8 = 64
+
+
+def ort_exact_int8(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Random int8 weights ONNX Runtime multiplies with uint8 activations exactly on any x86 host.
+
+    On hosts without AVX512-VNNI or AVX-VNNI, ORT's u8s8 products saturate a pair's int16 sum;
+    weights within +-:data:`ORT_EXACT_INT8` never reach it, so an exact comparison with ORT holds
+    on every machine the tests run on.
+
+    Example:
+        >>> w = ort_exact_int8(np.random.default_rng(0), (40, 30))
+        >>> w.dtype, int(np.abs(w.astype(np.int32)).max()) <= ORT_EXACT_INT8
+        (dtype('int8'), True)
+    """
+    return rng.integers(-ORT_EXACT_INT8, ORT_EXACT_INT8 + 1, shape).astype(np.int8)
+
+
 def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Outputs of ONNX Runtime (CPU) for a model, by name."""
     try:

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 import metadef as md
 from metadef.rewrite import DecisionLog
+from metadef.testing.oracle import ort_exact_int8
 
 RNG = np.random.default_rng(61)
 BATCH, SEQ, HIDDEN, HEADS = 2, 6, 32, 4
@@ -24,7 +25,7 @@ def _model(quantized: bool, mask: str, **attrs: object) -> tuple[onnx.ModelProto
     if quantized:
         feeds["x"] = RNG.integers(0, 256, (BATCH, SEQ, HIDDEN)).astype(np.uint8)
         feeds["sx"], feeds["zx"] = np.array(0.02, np.float32), np.array(125, np.uint8)
-        consts["w"] = RNG.integers(-128, 128, (HIDDEN, 3 * HIDDEN)).astype(np.int8)
+        consts["w"] = ort_exact_int8(RNG, (HIDDEN, 3 * HIDDEN))
         consts["sw"] = RNG.uniform(0.002, 0.006, 3 * HIDDEN).astype(np.float32)
         consts["zw"] = np.zeros(3 * HIDDEN, np.int8)
         names = ["x", "w", "bias", "sx", "sw", "", "zx", "zw"]

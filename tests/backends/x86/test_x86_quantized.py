@@ -19,6 +19,7 @@ from metadef.codegen.native_qgemm import QGEMM_PANEL, has_vnni, pack_qgemm_weigh
 from metadef.ir import GraphBuilder
 from metadef.ops.defs.quantized import qlinear_matmul_reference
 from metadef.shape import parse_type
+from metadef.testing.oracle import ort_exact_int8
 
 pytestmark = pytest.mark.jit
 needs_vnni = pytest.mark.skipif(not has_vnni(), reason="md_qgemm needs AVX512-VNNI")
@@ -314,7 +315,7 @@ def test_an_onnxruntime_qoperator_cnn_runs_as_integer_kernels(tmp_path: pytest.T
 
 def _qgemm_model(trans_b: int, alpha: float, float_output: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     a = _ints(np.uint8, (5, 40))
-    b = _ints(np.int8, (30, 40) if trans_b else (40, 30))
+    b = ort_exact_int8(RNG, (30, 40) if trans_b else (40, 30))
     consts = {"sa": np.float32(0.02), "za": np.uint8(9), "B": b, "sb": RNG.uniform(0.001, 0.01, 30).astype(np.float32),
               "zb": np.zeros(30, np.int8), "C": RNG.integers(-3000, 3000, 30).astype(np.int32)}
     if not float_output:

@@ -17,6 +17,7 @@ from metadef.ops import get_op, infer_types
 from metadef.ops.defs.microsoft import DOMAIN
 from metadef.shape import parse_type
 from metadef.testing.onnx_cases import check_model
+from metadef.testing.oracle import ort_exact_int8
 
 RNG = np.random.default_rng(11)
 
@@ -196,7 +197,7 @@ def test_matmul_integer_to_float_is_onnxruntimes(a_dtype: type, per_column: bool
                                                  bias: bool) -> None:
     info = np.iinfo(a_dtype)
     feeds = {"a": RNG.integers(info.min, info.max + 1, (2, 5, 40)).astype(a_dtype),
-             "b": RNG.integers(-128, 128, (40, 24)).astype(np.int8),
+             "b": ort_exact_int8(RNG, (40, 24)),
              "sa": np.array(0.0173, np.float32),
              "sb": np.asarray(RNG.random(24 if per_column else ()) * 0.01 + 1e-3, np.float32)}
     names = ["a", "b", "sa", "sb", "", "", ""]
@@ -221,7 +222,7 @@ def test_qattention_is_onnxruntimes(mask: bool) -> None:
     Attention): the integer projection scaled to float, then attention; ORT's results."""
     batch, seq, hidden, heads = 2, 5, 16, 4
     feeds = {"x": RNG.integers(0, 256, (batch, seq, hidden)).astype(np.uint8),
-             "w": RNG.integers(-128, 128, (hidden, 3 * hidden)).astype(np.int8),
+             "w": ort_exact_int8(RNG, (hidden, 3 * hidden)),
              "bias": rand(3 * hidden), "sx": np.array(0.02, np.float32),
              "sw": np.array(0.004, np.float32), "zx": np.array(128, np.uint8), "zw": np.array(0, np.int8)}
     names = ["x", "w", "bias", "sx", "sw", "", "zx", "zw"]
