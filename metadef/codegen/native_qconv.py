@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from metadef.codegen.host import host_target
 from metadef.codegen.native_gemm import _bits
 from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _float_bits, _loop, _share, _splat
 from metadef.codegen.native_qgemm import (
@@ -26,6 +27,7 @@ from metadef.codegen.native_qgemm import (
     _intrinsic,
     _qtile,
     _Requantizer,
+    qconv_row_tiles,
 )
 from metadef.codegen.native_tile import _row_tiles
 
@@ -140,6 +142,43 @@ def _qpack(module: ir.Module) -> None:
     store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
     flips = _splat(b, mask, 64)
+    # without AVX-512BW a masked load or store of bytes is 64 branches: a load wholly inside
+    # the image is one load and a select, a store of a whole block one store; the rest (a
+    # window over the image's ends) is copied through the stack
+    wide_masks = host_target().has("avx512bw")
+    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    with b.goto_entry_block():
+        spill = b.alloca(I8, size=I64(256))
+        spill.align = 64
+    lane_ids = ir.Constant(ir.VectorType(I32, 64), list(range(64)))
+    image_bytes = b.mul(d["c"], b.mul(d["h"], d["w"]))
+
+    def clamped(v: ir.Value) -> ir.Value:
+        v = b.select(b.icmp_signed("<", v, I64(0)), I64(0), v)
+        return b.select(b.icmp_signed(">", v, I64(64)), I64(64), v)
+
+    def span_load(at: ir.Value, inside: ir.Value, lo: ir.Value, hi: ir.Value, passthru: ir.Value) -> ir.Value:
+        """The 64 bytes at ``at``, lanes ``[lo, hi)`` where ``inside``, the others ``passthru``."""
+        offset = b.sub(b.ptrtoint(at, I64), b.ptrtoint(x, I64))
+        safe = b.and_(inside, b.and_(b.icmp_signed(">=", offset, I64(0)),
+                                     b.icmp_signed("<=", b.add(offset, I64(64)), image_bytes)))
+        lo, hi = clamped(lo), clamped(hi)
+        with b.if_else(safe) as (plain, copied):
+            with plain:
+                v = b.load(at, typ=v64b, align=1)
+                keep = b.and_(b.icmp_signed(">=", lane_ids, _splat(b, b.trunc(lo, I32), 64)),
+                              b.icmp_signed("<", lane_ids, _splat(b, b.trunc(hi, I32), 64)))
+                fast, fast_end = b.select(keep, v, passthru), b.block
+            with copied:
+                b.store(passthru, b.bitcast(spill, v64b.as_pointer()), align=64)
+                with b.if_then(b.and_(inside, b.icmp_signed(">", hi, lo))):
+                    b.call(memcpy, [b.gep(spill, [lo], source_etype=I8), b.gep(at, [lo], source_etype=I8),
+                                    b.sub(hi, lo), ir.IntType(1)(0)])
+                slow, slow_end = b.load(spill, typ=v64b, align=64), b.block
+        got = b.phi(v64b)
+        got.add_incoming(fast, fast_end)
+        got.add_incoming(slow, slow_end)
+        return got
 
     def span(lo: ir.Value, hi: ir.Value) -> ir.Value:
         return lanes_between(b, lo, hi)
@@ -187,8 +226,14 @@ def _qpack(module: ir.Module) -> None:
                     got = []
                     for (inside, src, _, _), (start, masks, passthru) in zip(row_taps(oy), loads):
                         at = b.gep(src, [start], source_etype=I8)
-                        parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
-                                                 b.select(inside, m, none), passthru]) for i, m in enumerate(masks)]
+                        if wide_masks:
+                            parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
+                                                     b.select(inside, m, none), passthru])
+                                     for i, m in enumerate(masks)]
+                        else:
+                            parts = [span_load(b.gep(at, [I64(64 * i)], source_etype=I8), inside,
+                                               b.sub(I64(-64 * i), start), b.sub(b.sub(d["w"], start), I64(64 * i)),
+                                               passthru) for i in range(stride)]
                         v = parts[0] if stride == 1 else b.shuffle_vector(
                             parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
                         got.append(b.xor(v, flips))
@@ -196,11 +241,25 @@ def _qpack(module: ir.Module) -> None:
                         ir.VectorType(I32, 64), [32 * half + j // 2 + 64 * (j % 2) for j in range(64)]))
                         for i in range(2) for half in range(2)]  # (a b pairs, then c d pairs; pixels 0-31, 32-63)
                     dst = b.gep(base, [b.mul(b.add(b.mul(oy, ow), ox0), I64(4))], source_etype=I8)
+                    out = []
                     for q4 in range(4):  # (pixels 16 q4 + i: bytes 4 i + t)
                         h = q4 // 2
-                        v = b.shuffle_vector(pairs[h], pairs[2 + h], ir.Constant(ir.VectorType(I32, 64), [
-                            2 * (16 * (q4 % 2) + i) + t % 2 + 64 * (t // 2) for i in range(16) for t in range(4)]))
-                        b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
+                        out.append(b.shuffle_vector(pairs[h], pairs[2 + h], ir.Constant(ir.VectorType(I32, 64), [
+                            2 * (16 * (q4 % 2) + i) + t % 2 + 64 * (t // 2) for i in range(16) for t in range(4)])))
+                    if wide_masks:
+                        for q4, v in enumerate(out):
+                            b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
+                        return
+                    with b.if_else(b.icmp_signed(">=", left, I64(64))) as (whole, part):
+                        with whole:
+                            for q4, v in enumerate(out):
+                                b.store(v, b.bitcast(b.gep(dst, [I64(64 * q4)], source_etype=I8), v64b.as_pointer()),
+                                        align=1)
+                        with part:  # (the row's last pixels through the stack: one copy of 4 bytes each)
+                            for q4, v in enumerate(out):
+                                b.store(v, b.bitcast(b.gep(spill, [I64(64 * q4)], source_etype=I8),
+                                                     v64b.as_pointer()), align=64)
+                            b.call(memcpy, [dst, spill, b.mul(left, I64(4)), ir.IntType(1)(0)])
 
                 _loop(b, I64(0), d["oh"], out_row)
 
@@ -293,7 +352,7 @@ def _stored_ints(module: ir.Module, b: ir.IRBuilder, final: list[ir.Value], mr: 
 
 
 def _qconv(module: ir.Module, ints: bool = False) -> None:
-    tiles = {mr: _qconv_tile(module, mr, ints) for mr in QGEMM_ROW_TILES}
+    tiles = {mr: _qconv_tile(module, mr, ints) for mr in qconv_row_tiles()}
     b, args, dims = _define(module, "md_qconvi" if ints else "md_qconv")
     xp, w, corr, mult, y = (_arg(b, args, i, PTR) for i in range(5))
     d = {name: _arg(b, dims, i, I64) for i, name in enumerate(QCONVI_DIMS if ints else QCONV_DIMS)}
@@ -332,7 +391,7 @@ def _qconv(module: ir.Module, ints: bool = False) -> None:
                                b.gep(y, [b.add(b.mul(r, p), j0)], source_etype=I32 if ints else I8), p, cols, zy,
                                lo, hi])
 
-        _row_tiles(b, count, QGEMM_ROW_TILES, rows_from)
+        _row_tiles(b, count, qconv_row_tiles(), rows_from)
 
     _loop(b, first, last, unit)
     b.ret_void()

@@ -11,7 +11,9 @@ what the activations' zero point takes away (``-za * sum_k W[k, j]``) and an int
 ``mult`` (float32 a column) is ``a_scale * w_scale[j] / y_scale``; ``y`` is uint8 or int8, by
 ``lo`` and ``hi``. The products are ``vpdpbusd`` (AVX512-VNNI): four unsigned bytes of ``a``
 times four signed bytes of ``W``, summed into an int32 lane, exactly (no saturation; the sums
-fit in int32 for ``k`` below 65793). Activations that are int8 (``flip``) are read as
+fit in int32 for ``k`` below 65793); on a host with AVX2 only, each is four ``vpmaddwd`` of the
+bytes widened to 16 bits (:func:`_dot_avx2`), as exact, and the 512-bit vectors are pairs of
+256-bit ones. Activations that are int8 (``flip``) are read as
 ``a + 128`` (each byte's sign bit flipped), which ``corr`` accounts for.
 
 The weights go in panels of :data:`QGEMM_PANEL` columns, each ``[ceil(k/4), 32, 4]``: a depth
@@ -73,7 +75,8 @@ QGEMM_PANEL = 32
 """The columns of a weight panel (and of the tile): two 512-bit registers of int32 sums."""
 
 QGEMM_ROW_TILES = (12, 8, 4, 2, 1)
-"""The row counts of the tiles, largest first."""
+"""The row counts of the tiles, largest first (``md_qgemm``'s on any host, ``md_qconv``'s with
+AVX512-VNNI: :func:`qconv_row_tiles`)."""
 
 MAX_DEPTH = 65792
 """The largest ``k`` whose int32 sums cannot overflow (255 * 128 * k < 2**31)."""
@@ -84,8 +87,24 @@ V16B = ir.VectorType(ir.IntType(8), 16)
 I8 = ir.IntType(8)
 
 
+def qconv_row_tiles() -> tuple[int, ...]:
+    """The row (output channel) counts of ``md_qconv``'s tiles on this host, largest first:
+    :data:`QGEMM_ROW_TILES` with AVX512-VNNI; with AVX2, where a row of 32 pixels is four 256-bit
+    accumulators and each step widens the pixels' bytes (:func:`_dot_avx2`), 4, 2, 1
+    (measured on Zen 3, one core: a 3x3 conv of 64 channels over 56x56 19 -> 38 GMAC/s,
+    128 over 28x28 19 -> 30, against 12-row tiles). ``md_qgemm``'s tiles stay 12 rows: its
+    broadcast operand is the activations, its widened one the weights, shared by 12 rows
+    (BERT's 128 x 768 x 768: 46 GMAC/s, 42 with 4 rows, 35 with 2).
+
+    Example:
+        >>> qconv_row_tiles()[-1]
+        1
+    """
+    return QGEMM_ROW_TILES if has_vnni() else (4, 2, 1)
+
+
 def has_vnni() -> bool:
-    """Whether this host has AVX512-VNNI (``md_qgemm`` needs it).
+    """Whether this host has AVX512-VNNI (``md_qgemm``'s products are then one ``vpdpbusd``).
 
     Example:
         >>> isinstance(has_vnni(), bool)
@@ -93,6 +112,19 @@ def has_vnni() -> bool:
     """
     target = host_target()
     return target.has("avx512vnni") and target.has("avx512bw")
+
+
+def has_int8_products() -> bool:
+    """Whether the quantized routines (``md_qgemm``, ``md_qgemmf``, ``md_qconv``...) run on this
+    host: with AVX512-VNNI, or with AVX2, where each ``vpdpbusd`` is two ``vpmaddwd`` of the
+    bytes widened to 16 bits (exact, like VNNI; ONNX Runtime's AVX2 kernel sums byte pairs with
+    ``vpmaddubsw`` in saturating int16 instead).
+
+    Example:
+        >>> has_vnni() <= has_int8_products()
+        True
+    """
+    return has_vnni() or host_target().has("avx2")
 
 
 def pack_qgemm_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,9 +179,40 @@ def qgemmf_dims(m: int, n: int, k: int, *, lo: float = -np.inf, hi: float = np.i
 
 
 def _dot(module: ir.Module) -> ir.Function:
-    name = "llvm.x86.avx512.vpdpbusd.512"
+    """``dot(acc, u, s)``: ``acc`` plus, in each of 16 int32 lanes, the lane's 4 unsigned bytes of
+    ``u`` times its 4 signed bytes of ``s``: ``vpdpbusd`` with AVX512-VNNI, else
+    :func:`_dot_avx2`."""
+    name = "llvm.x86.avx512.vpdpbusd.512" if has_vnni() else "md_dpbusd_avx2"
     found = module.globals.get(name)
-    return found if found is not None else ir.Function(module, ir.FunctionType(V16I, [V16I] * 3), name)
+    if found is not None:
+        return found
+    fn = ir.Function(module, ir.FunctionType(V16I, [V16I] * 3), name)
+    if not has_vnni():
+        _dot_avx2(module, fn)
+    return fn
+
+
+def _dot_avx2(module: ir.Module, fn: ir.Function) -> None:
+    """``vpdpbusd`` on AVX2, exactly, a 256-bit half at a time: the unsigned bytes at even and
+    odd places widened to 16 bits (a mask, a shift), the signed ones too (two arithmetic
+    shifts), and ``vpmaddwd`` of each pair of halves (two products of at most 255 * 128 a
+    lane, no saturation) added to the accumulator."""
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    v8i, v16h = ir.VectorType(I32, 8), ir.VectorType(ir.IntType(16), 16)
+    madd = _intrinsic(module, "llvm.x86.avx2.pmadd.wd", ir.FunctionType(v8i, [v16h, v16h]))
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    acc, u, s = fn.args
+    eight, low = ir.Constant(v16h, [8] * 16), ir.Constant(v16h, [0xFF] * 16)
+    halves = []
+    for h in range(2):
+        lanes = ir.Constant(ir.VectorType(I32, 8), list(range(8 * h, 8 * h + 8)))
+        uh, sh = (b.bitcast(b.shuffle_vector(v, v, lanes), v16h) for v in (u, s))
+        total = b.shuffle_vector(acc, acc, lanes)
+        even = b.call(madd, [b.and_(uh, low), b.ashr(b.shl(sh, eight), eight)])
+        odd = b.call(madd, [b.lshr(uh, eight), b.ashr(sh, eight)])
+        halves.append(b.add(total, b.add(even, odd)))
+    b.ret(b.shuffle_vector(halves[0], halves[1], ir.Constant(V16I, list(range(16)))))
 
 
 def _intrinsic(module: ir.Module, name: str, typ: ir.FunctionType) -> ir.Function:
@@ -318,6 +381,29 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False, floats: bool = 
     return _stored(module, b, fn, final, mr, transposed)
 
 
+def _sad(module: ir.Module) -> ir.Function:
+    """``vpsadbw`` of 64 bytes (8 sums of 8 absolute differences, int64): one 512-bit one with
+    AVX-512, else two 256-bit ones."""
+    v64b, v8q = ir.VectorType(I8, 64), ir.VectorType(I64, 8)
+    if has_vnni():
+        return _intrinsic(module, "llvm.x86.avx512.psad.bw.512", ir.FunctionType(v8q, [v64b, v64b]))
+    found = module.globals.get("md_psadbw_avx2")
+    if found is not None:
+        return found
+    v32b, v4q = ir.VectorType(I8, 32), ir.VectorType(I64, 4)
+    half = _intrinsic(module, "llvm.x86.avx2.psad.bw", ir.FunctionType(v4q, [v32b, v32b]))
+    fn = ir.Function(module, ir.FunctionType(v8q, [v64b, v64b]), "md_psadbw_avx2")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    parts = []
+    for h in range(2):
+        lanes = ir.Constant(ir.VectorType(I32, 32), list(range(32 * h, 32 * h + 32)))
+        parts.append(b.call(half, [b.shuffle_vector(v, v, lanes) for v in fn.args]))
+    b.ret(b.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(I32, 8), list(range(8)))))
+    return fn
+
+
 def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int, k: ir.Value, wide: ir.Value,
               flip: ir.Value) -> list[ir.Value]:
     """Each row's ``k`` bytes summed (as read: int8 ones + 128), 64 a ``vpsadbw``; 0 unless ``wide``."""
@@ -325,7 +411,7 @@ def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int,
     bits = ir.VectorType(ir.IntType(1), 64)
     v8q = ir.VectorType(I64, 8)
     load = _intrinsic(module, "llvm.masked.load.v64i8.p0", ir.FunctionType(v64b, [PTR, I32, bits, v64b]))
-    sad = _intrinsic(module, "llvm.x86.avx512.psad.bw.512", ir.FunctionType(v8q, [v64b, v64b]))
+    sad = _sad(module)
     total = _intrinsic(module, "llvm.vector.reduce.add.v8i64", ir.FunctionType(I64, [v8q]))
     flipped = _splat(b, b.trunc(b.mul(flip, I64(0x80)), I8), 64)
     zero = ir.Constant(v64b, [0] * 64)
@@ -481,5 +567,5 @@ def _qgemmf(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["MAX_DEPTH", "QGEMMF_DIMS", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_vnni", "pack_qgemm_weights",
-           "qgemm_dims", "qgemmf_dims"]
+__all__ = ["MAX_DEPTH", "QGEMMF_DIMS", "QGEMM_DIMS", "QGEMM_PANEL", "QGEMM_ROW_TILES", "has_int8_products", "has_vnni",
+           "pack_qgemm_weights", "qconv_row_tiles", "qgemm_dims", "qgemmf_dims"]

@@ -9,7 +9,7 @@ weights' become an int32 correction a column, the scales one float32 multiplier 
 computed as the reference computes them (``a_scale * b_scale / y_scale`` in float32), so the
 result is the reference's bit for bit. Activations are uint8 or int8 with one scale and zero
 point; the weights' scale and zero point per tensor or per column; ``A`` of any rank (its rows
-are the product's rows), ``B`` 2-D. Anything else (no AVX512-VNNI on the host included) says
+are the product's rows), ``B`` 2-D. Anything else (a host with neither AVX512-VNNI nor AVX2 included) says
 why and runs its reference kernel.
 
 Example:
@@ -43,7 +43,7 @@ from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep
 from metadef.backends.x86.quantized_activations import activations_lowering, activations_product
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qconv import qconv_dims, qconv_units, qconvi_dims, qpack_dims
-from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
+from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_int8_products, pack_qgemm_weights, qgemm_dims
 from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
 from metadef.ops import infer_types
@@ -80,7 +80,7 @@ class QGemmPlan:
         return panel_tasks(self, m, count)
 
 
-NO_VNNI = "this CPU has no AVX512-VNNI (md_qgemm's and md_qconv's int8 dot products)"
+NO_VNNI = "this CPU has neither AVX512-VNNI nor AVX2 (md_qgemm's and md_qconv's int8 dot products)"
 
 EXACT_DEPTH = 512
 """Depths over which float32 sums products of 8-bit values exactly (255 * 128 * 512 < 2**24)."""
@@ -120,7 +120,7 @@ def constants(node: Node) -> list[np.ndarray | None]:
 def activations_refusal(node: Node, native: bool) -> str | None:
     """Why an 8-bit product plan cannot be made for ``node`` before its operands are read: no
     VNNI where ``native`` is asked for, or activations that are not 8-bit of a known rank."""
-    if native and not has_vnni():
+    if native and not has_int8_products():
         return NO_VNNI
     a = node.inputs[0].type if node.inputs[0] is not None else None
     if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
@@ -192,7 +192,7 @@ def qgemm_function(node: Node) -> Any:
     """The node's product step by step (outside a native program): one ``md_qgemm`` call, its
     plan made from the first call's constants (a group's anchor sees them only then), or the
     reference where they do not fit."""
-    native = has_vnni()
+    native = has_int8_products()
     address = native_function("md_qgemm") if native else 0
     plans: list[tuple[Sequence[Any], QGemmPlan | str]] = []
 
@@ -256,7 +256,7 @@ def qgemm_lowering(plan: QGemmPlan, a: Arg, out: Arg) -> Any:
 def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     """``contraction_kernels``' entry: the step-by-step function, or None and why not."""
     values = constants(node)
-    native = has_vnni()
+    native = has_int8_products()
     plan = qgemm_plan(node, values, native) if values[3] is not None else None  # (in a group: known at run time)
     b = node.inputs[3].type if len(node.inputs) > 3 and node.inputs[3] is not None else None
     if plan is None and node.op == "QLinearMatMul" and b is not None and b.shape is not None and len(b.shape) != 2:
@@ -381,7 +381,7 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = T
     """The :class:`QConvPlan` of a ``QLinearConv`` node whose inputs have ``values`` (None: not
     a constant), or why it cannot run as ``md_qpack`` + ``md_qconv`` (``native`` False: the
     plan of :func:`exact_product`'s path, which needs no VNNI)."""
-    if native and not has_vnni():
+    if native and not has_int8_products():
         return NO_VNNI
     x = node.inputs[0].type if node.inputs[0] is not None else None
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
@@ -490,7 +490,7 @@ def qconv_lowering(plan: QConvPlan, x: Arg, out: Arg, zero: Arg | None = None) -
 def qconv_function(node: Node) -> Any:
     """The node step by step: ``md_qpack`` and ``md_qconv`` per image, the plan made from the
     first call's constants, or the reference where they do not fit."""
-    native = has_vnni()
+    native = has_int8_products()
     plans: list[tuple[Sequence[Any], QConvPlan | str]] = []
 
     def run(args: Sequence[np.ndarray | None]) -> np.ndarray:
@@ -554,7 +554,7 @@ def _reference(node: Node, args: Sequence[np.ndarray | None]) -> np.ndarray:
 def qlinear_conv_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     """``contraction_kernels``' entry for QLinearConv."""
     values = constants(node)
-    native = has_vnni()
+    native = has_int8_products()
     plan = qconv_plan(node, values, native) if values[3] is not None else None
     if isinstance(plan, str):
         return None, plan

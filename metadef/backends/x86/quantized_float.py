@@ -55,7 +55,7 @@ from metadef.backends.x86.quantized import (
     rows_lowering,
 )
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemmf_dims
+from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_int8_products, pack_qgemm_weights, qgemmf_dims
 from metadef.ir import Node
 from metadef.ops.defs.microsoft import attention_of_projection
 from metadef.ops.defs.nn_pool import window
@@ -197,7 +197,7 @@ def _runtime(node: Node) -> tuple[int | None, int | None]:
 def qgemmf_function(node: Node) -> Any:
     """The node's product step by step: one ``md_qgemmf`` call (the plan made from the first
     call's constants), the exact sgemm path without VNNI, or the reference where they do not fit."""
-    native = has_vnni()
+    native = has_int8_products()
     plans: list[tuple[Sequence[Any], QGemmFloatPlan | str]] = []
     at_scale, at_zero = _runtime(node)
 
@@ -263,7 +263,7 @@ def qgemmf_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     if not float_output(node):
         return qlinear_matmul_kernel(attrs, node)
     values = constants(node)
-    native = has_vnni()
+    native = has_int8_products()
     plan = qgemmf_plan(node, _planned(node, values), native) if values[1 if node.op != "QGemm" else 3] is not None \
         else None
     if isinstance(plan, str):
@@ -295,7 +295,7 @@ def qattention_node(node: Node) -> Choice | str:
         return "the bias is not a constant"
     if len(node.inputs) > 7 and node.inputs[7] is not None and values[7] is None:
         return "the weights' zero point is not a constant"
-    native = has_vnni()
+    native = has_int8_products()
     plan = float_plan(x.dtype.numpy, values[1], values[4], values[7], values[2], None, None, None, native)
     if isinstance(plan, str):
         return plan
@@ -317,7 +317,7 @@ def conv_integer_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvP
     """The :class:`~metadef.backends.x86.quantized.QConvPlan` of a ``ConvInteger`` node (the
     int32 sums by ``md_qpack`` + ``md_qconvi``; the activations' zero point a constant, or read
     at run time where ``values`` has None for it), or why it cannot run so."""
-    if not has_vnni():
+    if not has_int8_products():
         return NO_VNNI
     x = node.inputs[0].type if node.inputs[0] is not None else None
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):

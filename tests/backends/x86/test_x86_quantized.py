@@ -15,14 +15,14 @@ from onnx import TensorProto, helper
 import metadef as md
 from metadef.backends.x86.quantized import pixel_rows
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import QGEMM_PANEL, has_vnni, pack_qgemm_weights, qgemm_dims
+from metadef.codegen.native_qgemm import QGEMM_PANEL, has_int8_products, pack_qgemm_weights, qgemm_dims
 from metadef.ir import GraphBuilder
 from metadef.ops.defs.quantized import qlinear_matmul_reference
 from metadef.shape import parse_type
 from metadef.testing.oracle import ort_exact_int8
 
 pytestmark = pytest.mark.jit
-needs_vnni = pytest.mark.skipif(not has_vnni(), reason="md_qgemm needs AVX512-VNNI")
+needs_int8 = pytest.mark.skipif(not has_int8_products(), reason="md_qgemm needs AVX512-VNNI or AVX2")
 
 RNG = np.random.default_rng(29)
 
@@ -43,7 +43,7 @@ def _operands(m: int, n: int, k: int, a_dtype: type, y_dtype: type, per_column: 
     return [a, sa, za, w, sw, zw, sy, zy]
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("m,n,k", [(1, 10, 512), (13, 33, 7), (128, 96, 768), (25, 100, 30), (3, 64, 4),
                                    (12, 32, 9), (40, 31, 130)])
 @pytest.mark.parametrize("a_dtype", [np.uint8, np.int8])
@@ -80,7 +80,7 @@ def _qlinear_graph(shape: str, ops: list[np.ndarray]) -> md.Graph:
     return b.build()
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("threads", [1, 2])
 def test_qlinear_matmul_runs_as_md_qgemm_at_any_batch(threads: int) -> None:
     ops = _operands(4, 200, 96, np.int8, np.uint8, per_column=True)
@@ -95,7 +95,7 @@ def test_qlinear_matmul_runs_as_md_qgemm_at_any_batch(threads: int) -> None:
         np.testing.assert_array_equal(sess.executable.run_steps({"a": a}, {"b": b, "s": s})[0], want)
 
 
-@needs_vnni
+@needs_int8
 def test_qlinear_matmul_that_md_qgemm_cannot_take_says_why() -> None:
     ops = _operands(4, 20, 96, np.uint8, np.uint8, per_column=False)
     ops[3] = _ints(np.uint8, (96, 20))  # uint8 weights with zero point 0: 255 does not fit in int8
@@ -127,11 +127,12 @@ def _qdq_model(path: str) -> None:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.feeds, None)
 
-    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+    quantize_static(float_path, path, Reader(), reduce_range=True,  # (7-bit weights: ORT_EXACT_INT8)
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8)
 
 
-@needs_vnni
+@needs_int8
 def test_an_onnxruntime_qdq_model_runs_as_integer_products(tmp_path: pytest.TempPathFactory) -> None:
     path = str(tmp_path / "q.onnx")  # type: ignore[operator]
     _qdq_model(path)
@@ -198,7 +199,7 @@ def _qconv_graph(x_shape: tuple[int, ...], x_dtype: type, k: int, kernel: tuple[
     return b.build(), _ints(x_dtype, x_shape)
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("x_shape,k,kernel,attrs", [
     ((2, 16, 10, 10), 24, (3, 3), {"pads": [1, 1, 1, 1]}),
     ((1, 8, 9, 11), 40, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
@@ -258,11 +259,12 @@ def _qdq_cnn(path: str, activations: str, operators: bool = False) -> None:
             return next(self.feeds, None)
 
     kind = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
-    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+    quantize_static(float_path, path, Reader(), reduce_range=True,  # (7-bit weights: ORT_EXACT_INT8)
+                    quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
                     activation_type=kind, weight_type=QuantType.QInt8, per_channel=activations == "int8")
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("activations", ["uint8", "int8"])
 def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathFactory, activations: str) -> None:
     path = str(tmp_path / "q.onnx")  # type: ignore[operator]
@@ -288,7 +290,7 @@ def test_an_onnxruntime_qdq_cnn_runs_as_integer_convs(tmp_path: pytest.TempPathF
         assert np.mean(got != want) < 0.05
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("activations", ["uint8", "int8"])
 def test_an_onnxruntime_qoperator_cnn_runs_as_integer_kernels(tmp_path: pytest.TempPathFactory,
                                                               activations: str) -> None:
@@ -339,10 +341,10 @@ def test_qgemm_is_onnxruntimes_and_runs_as_md_qgemm(trans_b: int, alpha: float, 
     sess = md.compile(graph, target="x86", cache=False)
     np.testing.assert_array_equal(sess.run(feeds)["Y"], want)
     native = sess.executable.plan[0].reason.startswith("md_qgemm")
-    assert native == has_vnni(), sess.executable.plan[0].reason  # (a float output: md_qgemmf)
+    assert native == has_int8_products(), sess.executable.plan[0].reason  # (a float output: md_qgemmf)
 
 
-@needs_vnni
+@needs_int8
 def test_an_onnxruntime_qdq_linear_stack_runs_as_qgemm(tmp_path: pytest.TempPathFactory) -> None:
     """Linear layers on 2-D inputs (Gemm, transB=1, as PyTorch exports them) quantized by ORT."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -364,7 +366,8 @@ def test_an_onnxruntime_qdq_linear_stack_runs_as_qgemm(tmp_path: pytest.TempPath
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.feeds, None)
 
-    quantize_static(path + ".f.onnx", path, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+    quantize_static(path + ".f.onnx", path, Reader(), reduce_range=True,  # (ORT_EXACT_INT8)
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     graph = md.optimize(md.import_onnx(onnx.load(path)), level="aggressive")
     sess = md.compile(graph, target="x86", cache=False)
@@ -381,11 +384,11 @@ def test_an_onnxruntime_qdq_linear_stack_runs_as_qgemm(tmp_path: pytest.TempPath
 
 
 def test_without_vnni_the_products_are_exact_through_sgemm(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host without AVX512-VNNI runs quantized products as float32 products over chunks of
+    """A host with neither AVX512-VNNI nor AVX2 runs quantized products as float32 products over chunks of
     512 depths (each sum exact): the reference's results bit for bit, at BLAS speed, not the
     index expression's."""
     import metadef.backends.x86.quantized as quantized
-    monkeypatch.setattr(quantized, "has_vnni", lambda: False)
+    monkeypatch.setattr(quantized, "has_int8_products", lambda: False)
     conv, x = _qconv_graph((2, 64, 9, 9), np.int8, 24, (3, 3), {"pads": [1, 2, 1, 0], "strides": [2, 1]},
                            per_channel=True, bias=True)
     ops = _operands(4, 50, 1100, np.uint8, np.int8, per_column=True)  # (depth over 2 chunks)

@@ -16,13 +16,14 @@ from onnx import TensorProto, helper
 import metadef as md
 from metadef.backends.x86.quantized_float import qgemmf_plan
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import has_vnni, qgemmf_dims
+from metadef.codegen.native_qgemm import has_int8_products, qgemmf_dims
 from metadef.ir import GraphBuilder
 from metadef.ops.defs.microsoft import matmul_integer_to_float_reference
 from metadef.shape import parse_type
+from metadef.testing.oracle import ort_exact_int8
 
 pytestmark = pytest.mark.jit
-needs_vnni = pytest.mark.skipif(not has_vnni(), reason="md_qgemmf needs AVX512-VNNI")
+needs_int8 = pytest.mark.skipif(not has_int8_products(), reason="md_qgemmf needs AVX512-VNNI or AVX2")
 
 RNG = np.random.default_rng(31)
 
@@ -46,7 +47,7 @@ def _graph(shape: str, w: np.ndarray, sw: np.ndarray, zw: np.ndarray | None, bia
     return b.build()
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("m,n,k", [(1, 10, 512), (13, 33, 7), (128, 96, 768), (3, 64, 4), (40, 31, 130), (5, 40, 200)])
 @pytest.mark.parametrize("a_dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("weights", ["int8", "uint8 wide"])
@@ -77,7 +78,7 @@ def test_md_qgemmf_is_the_reference_bit_for_bit(m: int, n: int, k: int, a_dtype:
         assert (y[:, n:] == 77.0).all()
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("threads", [1, 2])
 def test_matmul_integer_to_float_runs_as_md_qgemmf_at_any_batch(threads: int) -> None:
     w = _ints(np.int8, (96, 200))
@@ -126,10 +127,11 @@ def _dynamic_model(path: str, **options: object) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 64])],
                               [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path + ".float.onnx")
-    quantize_dynamic(path + ".float.onnx", path, **{"weight_type": QuantType.QInt8, **options})  # type: ignore[arg-type]
+    quantize_dynamic(path + ".float.onnx", path,  # (7-bit weights: ORT_EXACT_INT8)
+                     **{"weight_type": QuantType.QInt8, "reduce_range": True, **options})  # type: ignore[arg-type]
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("options", ["int8", "uint8", "per_channel"])
 def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.TempPathFactory, options: str) -> None:
     """int8 weights (ORT's default), uint8 ones (asymmetric: their zero points need md_qgemmf's
@@ -164,7 +166,7 @@ def test_an_onnxruntime_dynamic_model_runs_as_integer_products(tmp_path: pytest.
             assert off.max() <= 5e-3 and moved.sum() <= max(1, 0.02 * moved.size), (off.max(), moved.sum())
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("c,k,group,hw,attrs", [
     (8, 16, 1, 10, {"pads": [1, 1, 1, 1]}), (3, 24, 1, 17, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     (16, 40, 1, 7, {"kernel_shape": [1, 1]}), (5, 7, 1, 9, {"pads": [2, 2, 2, 2]}),
@@ -194,7 +196,7 @@ def test_conv_integer_runs_as_md_qconvi_bit_for_bit(c: int, k: int, group: int, 
     np.testing.assert_array_equal(got, want)
 
 
-@needs_vnni
+@needs_int8
 def test_an_onnxruntime_dynamic_conv_net_runs_as_integer_convs(tmp_path: pytest.TempPathFactory) -> None:
     """A conv, a depthwise conv and a pointwise one, each quantized by ``quantize_dynamic``
     (``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``): all three run as ``md_qconvi``."""
@@ -211,7 +213,7 @@ def test_an_onnxruntime_dynamic_conv_net_runs_as_integer_convs(tmp_path: pytest.
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, 10, 10])],
                               [onnx.numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path + ".float.onnx")
-    quantize_dynamic(path + ".float.onnx", path, weight_type=QuantType.QInt8)
+    quantize_dynamic(path + ".float.onnx", path, weight_type=QuantType.QInt8, reduce_range=True)  # (ORT_EXACT_INT8)
     model = onnx.load(path)
     assert sum(n.op_type == "ConvInteger" for n in model.graph.node) == 3
     sess = md.compile(md.optimize(md.import_onnx(model), level="aggressive"), target="x86", cache=False)
@@ -223,13 +225,13 @@ def test_an_onnxruntime_dynamic_conv_net_runs_as_integer_convs(tmp_path: pytest.
         assert off.max() <= 5e-2 and np.mean(off > 1e-5) < 0.02, (off.max(), np.mean(off > 1e-5))
 
 
-@needs_vnni
+@needs_int8
 @pytest.mark.parametrize("weights", ["int8", "uint8"])
 def test_qattention_runs_its_projection_as_md_qgemmf(weights: str) -> None:
     """ORT's QAttention (an ORT-optimized transformer quantized by quantize_dynamic): the
     projection by md_qgemmf, the result ONNX Runtime's."""
     batch, seq, hidden, heads = 2, 7, 32, 4
-    w = _ints(np.int8, (hidden, 3 * hidden)) if weights == "int8" else _ints(np.uint8, (hidden, 3 * hidden))
+    w = ort_exact_int8(RNG, (hidden, 3 * hidden)) if weights == "int8" else _ints(np.uint8, (hidden, 3 * hidden))
     consts = {"w": w, "bias": RNG.standard_normal(3 * hidden).astype(np.float32),
               "sw": np.float32(0.004), "zw": np.asarray(0 if weights == "int8" else 20, w.dtype)}
     node = helper.make_node("QAttention", ["x", "w", "bias", "sx", "sw", "mask", "zx", "zw"], ["y"],
