@@ -150,7 +150,10 @@ def _qpack(module: ir.Module) -> None:
     with b.goto_entry_block():
         spill = b.alloca(I8, size=I64(256))
         spill.align = 64
-    lane_ids = ir.Constant(ir.VectorType(I32, 64), list(range(64)))
+    ramp = ir.ArrayType(I8, 256)  # 64 x 0, 64 x 0xFF, 64 x 0xFF, 64 x 0
+    ramps = ir.GlobalVariable(module, ramp, "md_qpack_ramps")
+    ramps.global_constant, ramps.linkage = True, "internal"
+    ramps.initializer = ir.Constant(ramp, [0] * 64 + [-1] * 128 + [0] * 64)
     image_bytes = b.mul(d["c"], b.mul(d["h"], d["w"]))
 
     def clamped(v: ir.Value) -> ir.Value:
@@ -166,9 +169,12 @@ def _qpack(module: ir.Module) -> None:
         with b.if_else(safe) as (plain, copied):
             with plain:
                 v = b.load(at, typ=v64b, align=1)
-                keep = b.and_(b.icmp_signed(">=", lane_ids, _splat(b, b.trunc(lo, I32), 64)),
-                              b.icmp_signed("<", lane_ids, _splat(b, b.trunc(hi, I32), 64)))
-                fast, fast_end = b.select(keep, v, passthru), b.block
+                # the lanes [lo, hi) as bytes of 0xFF, read off two constant ramps (a mask of i1
+                # lanes here went through a 64-bit integer and back: 64 inserts a load)
+                keep = b.and_(b.load(b.gep(ramps, [b.sub(I64(64), lo)], source_etype=I8), typ=v64b, align=1),
+                              b.load(b.gep(ramps, [b.sub(I64(192), hi)], source_etype=I8), typ=v64b, align=1))
+                fast = b.or_(b.and_(v, keep), b.and_(passthru, b.xor(keep, ir.Constant(v64b, [-1] * 64))))
+                fast_end = b.block
             with copied:
                 b.store(passthru, b.bitcast(spill, v64b.as_pointer()), align=64)
                 with b.if_then(b.and_(inside, b.icmp_signed(">", hi, lo))):
@@ -179,6 +185,42 @@ def _qpack(module: ir.Module) -> None:
         got.add_incoming(fast, fast_end)
         got.add_incoming(slow, slow_end)
         return got
+
+    v16b, v8h = ir.VectorType(I8, 16), ir.VectorType(ir.IntType(16), 8)
+
+    def chunk(v: ir.Value, c: int) -> ir.Value:
+        return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), list(range(16 * c, 16 * c + 16))))
+
+    def joined(xs: list[ir.Value]) -> ir.Value:
+        halves = [b.shuffle_vector(xs[i], xs[i + 1], ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+                  for i in (0, 2)]
+        return b.shuffle_vector(*halves, ir.Constant(ir.VectorType(I32, 64), list(range(64))))
+
+    def unpack(x: ir.Value, y: ir.Value, high: bool, words: bool) -> ir.Value:
+        """``punpck{l,h}{bw,wd}`` of two 16-byte vectors."""
+        if words:
+            x, y = b.bitcast(x, v8h), b.bitcast(y, v8h)
+            lanes = [4 * high + i // 2 + 8 * (i % 2) for i in range(8)]
+            return b.bitcast(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 8), lanes)), v16b)
+        lanes = [8 * high + i // 2 + 16 * (i % 2) for i in range(16)]
+        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 16), lanes))
+
+    def interleaved(taps: list[ir.Value]) -> list[ir.Value]:
+        """Four taps' 64 pixels as 4 x 64 bytes, pixel ``j``'s 4 at ``4 j + t``, by the 16-byte
+        unpacks AVX2 has (a 64-byte shuffle of bytes across its lanes is 64 inserts there)."""
+        out = []
+        for q4 in range(4):
+            c = [chunk(t, q4) for t in taps]
+            ab = [unpack(c[0], c[1], high, False) for high in (False, True)]
+            cd = [unpack(c[2], c[3], high, False) for high in (False, True)]
+            out.append(joined([unpack(ab[h], cd[h], high, True) for h in (0, 1) for high in (False, True)]))
+        return out
+
+    def evens(first: ir.Value, second: ir.Value) -> ir.Value:
+        """The even bytes of 128 (``first`` then ``second``), 16 at a time."""
+        lanes = ir.Constant(ir.VectorType(I32, 16), [2 * i for i in range(16)])
+        return joined([b.shuffle_vector(chunk(v, 2 * i), chunk(v, 2 * i + 1), lanes)
+                       for v in (first, second) for i in (0, 1)])
 
     def span(lo: ir.Value, hi: ir.Value) -> ir.Value:
         return lanes_between(b, lo, hi)
@@ -234,18 +276,26 @@ def _qpack(module: ir.Module) -> None:
                             parts = [span_load(b.gep(at, [I64(64 * i)], source_etype=I8), inside,
                                                b.sub(I64(-64 * i), start), b.sub(b.sub(d["w"], start), I64(64 * i)),
                                                passthru) for i in range(stride)]
+                        if not wide_masks:
+                            got.append(b.xor(parts[0] if stride == 1 else evens(*parts), flips))
+                            continue
                         v = parts[0] if stride == 1 else b.shuffle_vector(
                             parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
                         got.append(b.xor(v, flips))
-                    pairs = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(
-                        ir.VectorType(I32, 64), [32 * half + j // 2 + 64 * (j % 2) for j in range(64)]))
-                        for i in range(2) for half in range(2)]  # (a b pairs, then c d pairs; pixels 0-31, 32-63)
                     dst = b.gep(base, [b.mul(b.add(b.mul(oy, ow), ox0), I64(4))], source_etype=I8)
-                    out = []
-                    for q4 in range(4):  # (pixels 16 q4 + i: bytes 4 i + t)
-                        h = q4 // 2
-                        out.append(b.shuffle_vector(pairs[h], pairs[2 + h], ir.Constant(ir.VectorType(I32, 64), [
-                            2 * (16 * (q4 % 2) + i) + t % 2 + 64 * (t // 2) for i in range(16) for t in range(4)])))
+                    if wide_masks:
+                        pairs = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(
+                            ir.VectorType(I32, 64), [32 * half + j // 2 + 64 * (j % 2) for j in range(64)]))
+                            for i in range(2) for half in range(2)]  # (a b pairs, then c d pairs; pixels 0-31, 32-63)
+                        out = []
+                        for q4 in range(4):  # (pixels 16 q4 + i: bytes 4 i + t)
+                            h = q4 // 2
+                            lanes = [2 * (16 * (q4 % 2) + i) + t % 2 + 64 * (t // 2)
+                                     for i in range(16) for t in range(4)]
+                            out.append(b.shuffle_vector(pairs[h], pairs[2 + h],
+                                                        ir.Constant(ir.VectorType(I32, 64), lanes)))
+                    else:
+                        out = interleaved(got)
                     if wide_masks:
                         for q4, v in enumerate(out):
                             b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
