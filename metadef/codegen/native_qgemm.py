@@ -416,8 +416,9 @@ def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int,
     flipped = _splat(b, b.trunc(b.mul(flip, I64(0x80)), I8), 64)
     zero = ir.Constant(v64b, [0] * 64)
     pre = b.block
+    masked = has_vnni()  # (AVX-512BW's byte-masked loads; without, a masked load is 64 branches)
     with b.if_then(b.icmp_signed("!=", wide, I64(0))):  # (every row's chunks in one loop, sums in registers)
-        chunks = b.sdiv(b.add(k, I64(63)), I64(64))
+        chunks = b.sdiv(b.add(k, I64(63)), I64(64)) if masked else b.sdiv(k, I64(64))
 
         def step(j: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             left = b.sub(k, b.mul(j, I64(64)))
@@ -425,12 +426,22 @@ def _row_sums(module: ir.Module, b: ir.IRBuilder, rows: list[ir.Value], mr: int,
             lanes = b.bitcast(ones, bits)
             new = []
             for r in range(mr):  # (lanes past k load as the flip mask: 0 once flipped)
-                v = b.call(load, [b.gep(rows[r], [b.mul(j, I64(64))], source_etype=I8), I32(1), lanes, flipped])
+                at = b.gep(rows[r], [b.mul(j, I64(64))], source_etype=I8)
+                v = b.call(load, [at, I32(1), lanes, flipped]) if masked else b.load(at, typ=v64b, align=1)
                 new.append(b.add(accs[r], b.call(sad, [b.xor(v, flipped), zero])))
             return new
 
         summed = _depth_loop(b, chunks, [ir.Constant(v8q, [0] * 8)] * mr, step)
         sums = [b.trunc(b.call(total, [v]), I32) for v in summed]
+        if not masked:  # the last k % 64 bytes one by one
+            done = b.mul(chunks, I64(64))
+
+            def byte(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+                return [b.add(acc, b.zext(b.xor(b.load(b.gep(rows[r], [b.add(done, i)], source_etype=I8), typ=I8),
+                                                b.trunc(b.mul(flip, I64(0x80)), I8)), I32))
+                        for r, acc in enumerate(accs)]
+
+            sums = _depth_loop(b, b.sub(k, done), sums, byte)
         inside = b.block
     out = []
     for value in sums:
