@@ -116,6 +116,73 @@ def lanes_between(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
     return b.bitcast(b.and_(below(hi), b.xor(below(lo), I64(-1))), ir.VectorType(ir.IntType(1), 64))
 
 
+class ByteWindows:
+    """64-byte loads and stores under a span of lanes where AVX-512BW's byte masks are missing
+    (without them LLVM makes a masked load or store of bytes 64 branches, and a 64-lane i1 mask
+    64 inserts): a load wholly inside its buffer is one load and a blend by two constant byte
+    ramps, the rest (a window over the buffer's ends) goes through the stack; a store is whole
+    vectors, or its first bytes copied from the stack."""
+
+    def __init__(self, module: ir.Module, b: ir.IRBuilder) -> None:
+        self.b = b
+        self.v64b = ir.VectorType(I8, 64)
+        self.memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        with b.goto_entry_block():
+            self.spill = b.alloca(I8, size=I64(256))
+            self.spill.align = 64
+        self.ramps = module.globals.get("md_byte_ramps")
+        if self.ramps is None:  # 64 x 0, 128 x 0xFF, 64 x 0
+            ramp = ir.ArrayType(I8, 256)
+            self.ramps = ir.GlobalVariable(module, ramp, "md_byte_ramps")
+            self.ramps.global_constant, self.ramps.linkage = True, "internal"
+            self.ramps.initializer = ir.Constant(ramp, [0] * 64 + [-1] * 128 + [0] * 64)
+
+    def _clamped(self, v: ir.Value) -> ir.Value:
+        b = self.b
+        v = b.select(b.icmp_signed("<", v, I64(0)), I64(0), v)
+        return b.select(b.icmp_signed(">", v, I64(64)), I64(64), v)
+
+    def load(self, base: ir.Value, size: ir.Value, at: ir.Value, inside: ir.Value, lo: ir.Value, hi: ir.Value,
+             passthru: ir.Value) -> ir.Value:
+        """The 64 bytes at ``at``: lanes ``[lo, hi)`` (any i64s; clamped to [0, 64]) read where
+        ``inside``, the others ``passthru``; ``[base, base + size)`` is the buffer ``at`` is in."""
+        b, v64b = self.b, self.v64b
+        offset = b.sub(b.ptrtoint(at, I64), b.ptrtoint(base, I64))
+        safe = b.and_(inside, b.and_(b.icmp_signed(">=", offset, I64(0)),
+                                     b.icmp_signed("<=", b.add(offset, I64(64)), size)))
+        lo, hi = self._clamped(lo), self._clamped(hi)
+        with b.if_else(safe) as (plain, copied):
+            with plain:
+                v = b.load(at, typ=v64b, align=1)
+                keep = b.and_(b.load(b.gep(self.ramps, [b.sub(I64(64), lo)], source_etype=I8), typ=v64b, align=1),
+                              b.load(b.gep(self.ramps, [b.sub(I64(192), hi)], source_etype=I8), typ=v64b, align=1))
+                fast = b.or_(b.and_(v, keep), b.and_(passthru, b.xor(keep, ir.Constant(v64b, [-1] * 64))))
+                fast_end = b.block
+            with copied:
+                b.store(passthru, b.bitcast(self.spill, v64b.as_pointer()), align=64)
+                with b.if_then(b.and_(inside, b.icmp_signed(">", hi, lo))):
+                    b.call(self.memcpy, [b.gep(self.spill, [lo], source_etype=I8), b.gep(at, [lo], source_etype=I8),
+                                         b.sub(hi, lo), ir.IntType(1)(0)])
+                slow, slow_end = b.load(self.spill, typ=v64b, align=64), b.block
+        got = b.phi(v64b)
+        got.add_incoming(fast, fast_end)
+        got.add_incoming(slow, slow_end)
+        return got
+
+    def store(self, vectors: list[ir.Value], dst: ir.Value, count: ir.Value) -> None:
+        """The first ``count`` (> 0) of the bytes of ``vectors`` (up to four of 64) at ``dst``."""
+        b, v64b = self.b, self.v64b
+        with b.if_else(b.icmp_signed(">=", count, I64(64 * len(vectors)))) as (whole, part):
+            with whole:
+                for q, v in enumerate(vectors):
+                    b.store(v, b.bitcast(b.gep(dst, [I64(64 * q)], source_etype=I8), v64b.as_pointer()), align=1)
+            with part:
+                for q, v in enumerate(vectors):
+                    b.store(v, b.bitcast(b.gep(self.spill, [I64(64 * q)], source_etype=I8), v64b.as_pointer()),
+                            align=64)
+                b.call(self.memcpy, [dst, self.spill, count, ir.IntType(1)(0)])
+
+
 def _qpack(module: ir.Module) -> None:
     """Each group of 4 tap rows, each output row ``oy``: blocks of 64 output pixels, each tap's
     64 bytes by one masked load (two at stride 2, the even bytes taken), the lanes outside the
@@ -142,49 +209,12 @@ def _qpack(module: ir.Module) -> None:
     store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
     flips = _splat(b, mask, 64)
-    # without AVX-512BW a masked load or store of bytes is 64 branches: a load wholly inside
-    # the image is one load and a select, a store of a whole block one store; the rest (a
-    # window over the image's ends) is copied through the stack
     wide_masks = host_target().has("avx512bw")
-    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-    with b.goto_entry_block():
-        spill = b.alloca(I8, size=I64(256))
-        spill.align = 64
-    ramp = ir.ArrayType(I8, 256)  # 64 x 0, 64 x 0xFF, 64 x 0xFF, 64 x 0
-    ramps = ir.GlobalVariable(module, ramp, "md_qpack_ramps")
-    ramps.global_constant, ramps.linkage = True, "internal"
-    ramps.initializer = ir.Constant(ramp, [0] * 64 + [-1] * 128 + [0] * 64)
+    windows = ByteWindows(module, b)
     image_bytes = b.mul(d["c"], b.mul(d["h"], d["w"]))
 
-    def clamped(v: ir.Value) -> ir.Value:
-        v = b.select(b.icmp_signed("<", v, I64(0)), I64(0), v)
-        return b.select(b.icmp_signed(">", v, I64(64)), I64(64), v)
-
     def span_load(at: ir.Value, inside: ir.Value, lo: ir.Value, hi: ir.Value, passthru: ir.Value) -> ir.Value:
-        """The 64 bytes at ``at``, lanes ``[lo, hi)`` where ``inside``, the others ``passthru``."""
-        offset = b.sub(b.ptrtoint(at, I64), b.ptrtoint(x, I64))
-        safe = b.and_(inside, b.and_(b.icmp_signed(">=", offset, I64(0)),
-                                     b.icmp_signed("<=", b.add(offset, I64(64)), image_bytes)))
-        lo, hi = clamped(lo), clamped(hi)
-        with b.if_else(safe) as (plain, copied):
-            with plain:
-                v = b.load(at, typ=v64b, align=1)
-                # the lanes [lo, hi) as bytes of 0xFF, read off two constant ramps (a mask of i1
-                # lanes here went through a 64-bit integer and back: 64 inserts a load)
-                keep = b.and_(b.load(b.gep(ramps, [b.sub(I64(64), lo)], source_etype=I8), typ=v64b, align=1),
-                              b.load(b.gep(ramps, [b.sub(I64(192), hi)], source_etype=I8), typ=v64b, align=1))
-                fast = b.or_(b.and_(v, keep), b.and_(passthru, b.xor(keep, ir.Constant(v64b, [-1] * 64))))
-                fast_end = b.block
-            with copied:
-                b.store(passthru, b.bitcast(spill, v64b.as_pointer()), align=64)
-                with b.if_then(b.and_(inside, b.icmp_signed(">", hi, lo))):
-                    b.call(memcpy, [b.gep(spill, [lo], source_etype=I8), b.gep(at, [lo], source_etype=I8),
-                                    b.sub(hi, lo), ir.IntType(1)(0)])
-                slow, slow_end = b.load(spill, typ=v64b, align=64), b.block
-        got = b.phi(v64b)
-        got.add_incoming(fast, fast_end)
-        got.add_incoming(slow, slow_end)
-        return got
+        return windows.load(x, image_bytes, at, inside, lo, hi, passthru)
 
     v16b, v8h = ir.VectorType(I8, 16), ir.VectorType(ir.IntType(16), 8)
 
@@ -300,16 +330,7 @@ def _qpack(module: ir.Module) -> None:
                         for q4, v in enumerate(out):
                             b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
                         return
-                    with b.if_else(b.icmp_signed(">=", left, I64(64))) as (whole, part):
-                        with whole:
-                            for q4, v in enumerate(out):
-                                b.store(v, b.bitcast(b.gep(dst, [I64(64 * q4)], source_etype=I8), v64b.as_pointer()),
-                                        align=1)
-                        with part:  # (the row's last pixels through the stack: one copy of 4 bytes each)
-                            for q4, v in enumerate(out):
-                                b.store(v, b.bitcast(b.gep(spill, [I64(64 * q4)], source_etype=I8),
-                                                     v64b.as_pointer()), align=64)
-                            b.call(memcpy, [dst, spill, b.mul(left, I64(4)), ir.IntType(1)(0)])
+                    windows.store(out, dst, b.mul(left, I64(4)))  # (the row's pixels: 4 bytes each)
 
                 _loop(b, I64(0), d["oh"], out_row)
 
@@ -480,5 +501,5 @@ def _qconvt(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["QCONVI_DIMS", "QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "lanes_between", "qconv_dims", "qconv_units",
-           "qconvi_dims", "qpack_dims"]
+__all__ = ["ByteWindows", "QCONVI_DIMS", "QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "lanes_between", "qconv_dims",
+           "qconv_units", "qconvi_dims", "qpack_dims"]

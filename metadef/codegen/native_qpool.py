@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from metadef.codegen.host import host_target
 from metadef.codegen.native_ir import I32, I64, PTR, _arg, _define, _loop, _share, _splat
-from metadef.codegen.native_qconv import lanes_between
+from metadef.codegen.native_qconv import ByteWindows, lanes_between
 from metadef.codegen.native_qgemm import _intrinsic
 
 I8 = ir.IntType(8)
@@ -72,6 +73,9 @@ def _qmaxpool(module: ir.Module) -> None:
     flips = _splat(b, mask, 64)  # (a masked-off lane reads the flip itself: the smallest value once flipped)
     acc_v, acc_s = b.alloca(v64b), b.alloca(I8)  # (in the entry block: kept in registers)
     masks = b.alloca(I64, size=2 * MAX_VECTOR_KW)  # (a block's load masks, per tap along the row)
+    # (without AVX-512BW's byte masks: windows of the plane, see ByteWindows)
+    windows = None if host_target().has("avx512bw") else ByteWindows(module, b)
+    plane_bytes = b.mul(h, w)
 
     def row_of(plane: ir.Value, oy: ir.Value, dy: ir.Value) -> tuple[ir.Value, ir.Value]:
         iy = b.add(b.sub(b.mul(oy, d["sh"]), d["pt"]), b.mul(dy, d["dh"]))
@@ -95,7 +99,8 @@ def _qmaxpool(module: ir.Module) -> None:
                     bits = lanes_between(b, b.sub(I64(-64 * i), start), b.sub(b.sub(w, start), I64(64 * i)))
                     b.store(b.bitcast(bits, I64), mask_at(dx, i))
 
-            _loop(b, I64(0), d["kw"], tap_masks)
+            if windows is None:
+                _loop(b, I64(0), d["kw"], tap_masks)
 
             def out_row(oy: ir.Value) -> None:
                 acc = acc_v
@@ -105,10 +110,17 @@ def _qmaxpool(module: ir.Module) -> None:
                     inside, src = row_of(plane, oy, dy)
                     with b.if_then(inside):
                         def tap(dx: ir.Value) -> None:
-                            at = b.gep(src, [start_of(dx)], source_etype=I8)
-                            parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
-                                                     b.bitcast(b.load(mask_at(dx, i), typ=I64), bit64), flips])
-                                     for i in range(stride)]
+                            start = start_of(dx)
+                            at = b.gep(src, [start], source_etype=I8)
+                            if windows is None:
+                                parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
+                                                         b.bitcast(b.load(mask_at(dx, i), typ=I64), bit64), flips])
+                                         for i in range(stride)]
+                            else:
+                                parts = [windows.load(plane, plane_bytes, b.gep(at, [I64(64 * i)], source_etype=I8),
+                                                      ir.IntType(1)(1), b.sub(I64(-64 * i), start),
+                                                      b.sub(b.sub(w, start), I64(64 * i)), flips)
+                                         for i in range(stride)]
                             v = parts[0] if stride == 1 else b.shuffle_vector(
                                 parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
                             b.store(b.call(umax64, [b.load(acc), b.xor(v, flips)]), acc)
@@ -117,7 +129,10 @@ def _qmaxpool(module: ir.Module) -> None:
 
                 _loop(b, I64(0), d["kh"], tap_row)
                 at = b.gep(out, [b.add(b.mul(oy, ow), ox0)], source_etype=I8)
-                b.call(store64, [b.xor(b.load(acc), flips), at, I32(1), store])
+                if windows is None:
+                    b.call(store64, [b.xor(b.load(acc), flips), at, I32(1), store])
+                else:
+                    windows.store([b.xor(b.load(acc), flips)], at, b.sub(ow, ox0))
 
             _loop(b, I64(0), oh, out_row)
 
