@@ -94,7 +94,8 @@ def qconv_row_tiles() -> tuple[int, ...]:
     (measured on Zen 3, one core: a 3x3 conv of 64 channels over 56x56 19 -> 38 GMAC/s,
     128 over 28x28 19 -> 30, against 12-row tiles). ``md_qgemm``'s tiles stay 12 rows: its
     broadcast operand is the activations, its widened one the weights, shared by 12 rows
-    (BERT's 128 x 768 x 768: 46 GMAC/s, 42 with 4 rows, 35 with 2).
+    (BERT's 128 x 768 x 768: 46 GMAC/s, 42 with 4 rows, 35 with 2; a host with 40-60 % steal
+    time, so within its noise).
 
     Example:
         >>> qconv_row_tiles()[-1]
@@ -116,9 +117,9 @@ def has_vnni() -> bool:
 
 def has_int8_products() -> bool:
     """Whether the quantized routines (``md_qgemm``, ``md_qgemmf``, ``md_qconv``...) run on this
-    host: with AVX512-VNNI, or with AVX2, where each ``vpdpbusd`` is two ``vpmaddwd`` of the
-    bytes widened to 16 bits (exact, like VNNI; ONNX Runtime's AVX2 kernel sums byte pairs with
-    ``vpmaddubsw`` in saturating int16 instead).
+    host: with AVX512-VNNI, or with AVX2, where each 256-bit half of a ``vpdpbusd`` is two
+    ``vpmaddwd`` of the bytes widened to 16 bits (exact, like VNNI; ONNX Runtime's AVX2 kernel
+    sums byte pairs with ``vpmaddubsw`` in saturating int16 instead).
 
     Example:
         >>> has_vnni() <= has_int8_products()
