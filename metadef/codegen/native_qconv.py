@@ -183,6 +183,52 @@ class ByteWindows:
                 b.call(self.memcpy, [dst, self.spill, count, ir.IntType(1)(0)])
 
 
+def _chunk(b: ir.IRBuilder, v: ir.Value, c: int) -> ir.Value:
+    """Bytes ``[16 c, 16 c + 16)`` of a 64-byte vector."""
+    return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), list(range(16 * c, 16 * c + 16))))
+
+
+def _joined(b: ir.IRBuilder, xs: list[ir.Value]) -> ir.Value:
+    """Four 16-byte vectors as one of 64."""
+    halves = [b.shuffle_vector(xs[i], xs[i + 1], ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+              for i in (0, 2)]
+    return b.shuffle_vector(*halves, ir.Constant(ir.VectorType(I32, 64), list(range(64))))
+
+
+def _unpack(b: ir.IRBuilder, x: ir.Value, y: ir.Value, high: bool, words: bool) -> ir.Value:
+    """``punpck{l,h}{bw,wd}`` of two 16-byte vectors."""
+    if words:
+        v8h, v16b = ir.VectorType(ir.IntType(16), 8), ir.VectorType(I8, 16)
+        lanes = [4 * high + i // 2 + 8 * (i % 2) for i in range(8)]
+        return b.bitcast(b.shuffle_vector(b.bitcast(x, v8h), b.bitcast(y, v8h),
+                                          ir.Constant(ir.VectorType(I32, 8), lanes)), v16b)
+    lanes = [8 * high + i // 2 + 16 * (i % 2) for i in range(16)]
+    return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 16), lanes))
+
+
+def interleaved(b: ir.IRBuilder, taps: list[ir.Value]) -> list[ir.Value]:
+    """Four taps' 64 pixels (64-byte vectors) as 4 x 64 bytes, pixel ``j``'s 4 at ``4 j + t``, by
+    the 16-byte unpacks AVX2 has (a 64-byte shuffle of bytes across its lanes is 64 inserts
+    there)."""
+    out = []
+    for q4 in range(4):
+        c = [_chunk(b, t, q4) for t in taps]
+        ab = [_unpack(b, c[0], c[1], high, False) for high in (False, True)]
+        cd = [_unpack(b, c[2], c[3], high, False) for high in (False, True)]
+        out.append(_joined(b, [_unpack(b, ab[h], cd[h], high, True) for h in (0, 1) for high in (False, True)]))
+    return out
+
+
+def even_bytes(b: ir.IRBuilder, first: ir.Value, second: ir.Value, wide: bool) -> ir.Value:
+    """The even bytes of 128 (``first`` then ``second``, 64 each): one shuffle with AVX-512
+    (``wide``), else 16 at a time (see :func:`interleaved`)."""
+    if wide:
+        return b.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
+    lanes = ir.Constant(ir.VectorType(I32, 16), [2 * i for i in range(16)])
+    return _joined(b, [b.shuffle_vector(_chunk(b, v, 2 * i), _chunk(b, v, 2 * i + 1), lanes)
+                       for v in (first, second) for i in (0, 1)])
+
+
 def _qpack(module: ir.Module) -> None:
     """Each group of 4 tap rows, each output row ``oy``: blocks of 64 output pixels, each tap's
     64 bytes by one masked load (two at stride 2, the even bytes taken), the lanes outside the
@@ -209,48 +255,9 @@ def _qpack(module: ir.Module) -> None:
     store64 = _intrinsic(module, "llvm.masked.store.v64i8.p0",
                          ir.FunctionType(ir.VoidType(), [v64b, PTR, I32, bit64]))
     flips = _splat(b, mask, 64)
-    wide_masks = host_target().has("avx512bw")
-    windows = ByteWindows(module, b)
+    # (without AVX-512BW's byte masks: windows of the image, see ByteWindows)
+    windows = None if host_target().has("avx512bw") else ByteWindows(module, b)
     image_bytes = b.mul(d["c"], b.mul(d["h"], d["w"]))
-
-    def span_load(at: ir.Value, inside: ir.Value, lo: ir.Value, hi: ir.Value, passthru: ir.Value) -> ir.Value:
-        return windows.load(x, image_bytes, at, inside, lo, hi, passthru)
-
-    v16b, v8h = ir.VectorType(I8, 16), ir.VectorType(ir.IntType(16), 8)
-
-    def chunk(v: ir.Value, c: int) -> ir.Value:
-        return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, 16), list(range(16 * c, 16 * c + 16))))
-
-    def joined(xs: list[ir.Value]) -> ir.Value:
-        halves = [b.shuffle_vector(xs[i], xs[i + 1], ir.Constant(ir.VectorType(I32, 32), list(range(32))))
-                  for i in (0, 2)]
-        return b.shuffle_vector(*halves, ir.Constant(ir.VectorType(I32, 64), list(range(64))))
-
-    def unpack(x: ir.Value, y: ir.Value, high: bool, words: bool) -> ir.Value:
-        """``punpck{l,h}{bw,wd}`` of two 16-byte vectors."""
-        if words:
-            x, y = b.bitcast(x, v8h), b.bitcast(y, v8h)
-            lanes = [4 * high + i // 2 + 8 * (i % 2) for i in range(8)]
-            return b.bitcast(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 8), lanes)), v16b)
-        lanes = [8 * high + i // 2 + 16 * (i % 2) for i in range(16)]
-        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, 16), lanes))
-
-    def interleaved(taps: list[ir.Value]) -> list[ir.Value]:
-        """Four taps' 64 pixels as 4 x 64 bytes, pixel ``j``'s 4 at ``4 j + t``, by the 16-byte
-        unpacks AVX2 has (a 64-byte shuffle of bytes across its lanes is 64 inserts there)."""
-        out = []
-        for q4 in range(4):
-            c = [chunk(t, q4) for t in taps]
-            ab = [unpack(c[0], c[1], high, False) for high in (False, True)]
-            cd = [unpack(c[2], c[3], high, False) for high in (False, True)]
-            out.append(joined([unpack(ab[h], cd[h], high, True) for h in (0, 1) for high in (False, True)]))
-        return out
-
-    def evens(first: ir.Value, second: ir.Value) -> ir.Value:
-        """The even bytes of 128 (``first`` then ``second``), 16 at a time."""
-        lanes = ir.Constant(ir.VectorType(I32, 16), [2 * i for i in range(16)])
-        return joined([b.shuffle_vector(chunk(v, 2 * i), chunk(v, 2 * i + 1), lanes)
-                       for v in (first, second) for i in (0, 1)])
 
     def span(lo: ir.Value, hi: ir.Value) -> ir.Value:
         return lanes_between(b, lo, hi)
@@ -298,22 +305,19 @@ def _qpack(module: ir.Module) -> None:
                     got = []
                     for (inside, src, _, _), (start, masks, passthru) in zip(row_taps(oy), loads):
                         at = b.gep(src, [start], source_etype=I8)
-                        if wide_masks:
+                        if windows is None:
                             parts = [b.call(load64, [b.gep(at, [I64(64 * i)], source_etype=I8), I32(1),
                                                      b.select(inside, m, none), passthru])
                                      for i, m in enumerate(masks)]
                         else:
-                            parts = [span_load(b.gep(at, [I64(64 * i)], source_etype=I8), inside,
-                                               b.sub(I64(-64 * i), start), b.sub(b.sub(d["w"], start), I64(64 * i)),
-                                               passthru) for i in range(stride)]
-                        if not wide_masks:
-                            got.append(b.xor(parts[0] if stride == 1 else evens(*parts), flips))
-                            continue
-                        v = parts[0] if stride == 1 else b.shuffle_vector(
-                            parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
-                        got.append(b.xor(v, flips))
+                            parts = [windows.load(x, image_bytes, b.gep(at, [I64(64 * i)], source_etype=I8), inside,
+                                                  b.sub(I64(-64 * i), start),
+                                                  b.sub(b.sub(d["w"], start), I64(64 * i)), passthru)
+                                     for i in range(stride)]
+                        got.append(b.xor(parts[0] if stride == 1 else even_bytes(b, *parts, wide=windows is None),
+                                         flips))
                     dst = b.gep(base, [b.mul(b.add(b.mul(oy, ow), ox0), I64(4))], source_etype=I8)
-                    if wide_masks:
+                    if windows is None:
                         pairs = [b.shuffle_vector(got[2 * i], got[2 * i + 1], ir.Constant(
                             ir.VectorType(I32, 64), [32 * half + j // 2 + 64 * (j % 2) for j in range(64)]))
                             for i in range(2) for half in range(2)]  # (a b pairs, then c d pairs; pixels 0-31, 32-63)
@@ -325,8 +329,8 @@ def _qpack(module: ir.Module) -> None:
                             out.append(b.shuffle_vector(pairs[h], pairs[2 + h],
                                                         ir.Constant(ir.VectorType(I32, 64), lanes)))
                     else:
-                        out = interleaved(got)
-                    if wide_masks:
+                        out = interleaved(b, got)
+                    if windows is None:
                         for q4, v in enumerate(out):
                             b.call(store64, [v, b.gep(dst, [I64(64 * q4)], source_etype=I8), I32(1), stores[q4]])
                         return
@@ -501,5 +505,5 @@ def _qconvt(module: ir.Module) -> None:
     b.ret_void()
 
 
-__all__ = ["ByteWindows", "QCONVI_DIMS", "QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "lanes_between", "qconv_dims",
-           "qconv_units", "qconvi_dims", "qpack_dims"]
+__all__ = ["ByteWindows", "QCONVI_DIMS", "QCONV_CHUNK", "QCONV_DIMS", "QPACK_DIMS", "even_bytes", "interleaved",
+           "lanes_between", "qconv_dims", "qconv_units", "qconvi_dims", "qpack_dims"]

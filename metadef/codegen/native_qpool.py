@@ -28,7 +28,7 @@ from llvmlite import ir
 
 from metadef.codegen.host import host_target
 from metadef.codegen.native_ir import I32, I64, PTR, _arg, _define, _loop, _share, _splat
-from metadef.codegen.native_qconv import ByteWindows, lanes_between
+from metadef.codegen.native_qconv import ByteWindows, even_bytes, lanes_between
 from metadef.codegen.native_qgemm import _intrinsic
 
 I8 = ir.IntType(8)
@@ -121,8 +121,7 @@ def _qmaxpool(module: ir.Module) -> None:
                                                       ir.IntType(1)(1), b.sub(I64(-64 * i), start),
                                                       b.sub(b.sub(w, start), I64(64 * i)), flips)
                                          for i in range(stride)]
-                            v = parts[0] if stride == 1 else b.shuffle_vector(
-                                parts[0], parts[1], ir.Constant(ir.VectorType(I32, 64), [2 * i for i in range(64)]))
+                            v = parts[0] if stride == 1 else even_bytes(b, *parts, wide=windows is None)
                             b.store(b.call(umax64, [b.load(acc), b.xor(v, flips)]), acc)
 
                         _loop(b, I64(0), d["kw"], tap)
