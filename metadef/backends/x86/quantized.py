@@ -9,8 +9,9 @@ weights' become an int32 correction a column, the scales one float32 multiplier 
 computed as the reference computes them (``a_scale * b_scale / y_scale`` in float32), so the
 result is the reference's bit for bit. Activations are uint8 or int8 with one scale and zero
 point; the weights' scale and zero point per tensor or per column; ``A`` of any rank (its rows
-are the product's rows), ``B`` 2-D. Anything else (a host with neither AVX512-VNNI nor AVX2 included) says
-why and runs its reference kernel.
+are the product's rows), ``B`` 2-D. Without AVX512-VNNI the kernels run on AVX2 (their 8-bit dot
+products as 16-bit ones, as exact); anything else (a host with neither included) says why and
+runs its reference kernel.
 
 Example:
     >>> import numpy as np
@@ -43,7 +44,14 @@ from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep
 from metadef.backends.x86.quantized_activations import activations_lowering, activations_product
 from metadef.codegen.native import ENTRY, native_function
 from metadef.codegen.native_qconv import qconv_dims, qconv_units, qconvi_dims, qpack_dims
-from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_int8_products, pack_qgemm_weights, qgemm_dims
+from metadef.codegen.native_qgemm import (
+    MAX_DEPTH,
+    QGEMM_PANEL,
+    has_int8_products,
+    has_vnni,
+    pack_qgemm_weights,
+    qgemm_dims,
+)
 from metadef.core.dtypes import from_numpy
 from metadef.ir import Node
 from metadef.ops import infer_types
@@ -70,7 +78,7 @@ class QGemmPlan:
     flip: bool
     out_dtype: np.dtype
     weights: np.ndarray | None = None
-    """Without AVX512-VNNI (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
+    """Without int8 products (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
 
     def dims(self, m: int, task: int = 0, tasks: int = 1) -> tuple[int, ...]:
         return qgemm_dims(m, self.n, self.k, lo=self.lo, hi=self.hi, zy=self.zy, flip=self.flip, task=task,
@@ -80,7 +88,7 @@ class QGemmPlan:
         return panel_tasks(self, m, count)
 
 
-NO_VNNI = "this CPU has neither AVX512-VNNI nor AVX2 (md_qgemm's and md_qconv's int8 dot products)"
+NO_INT8 = "this CPU has neither AVX512-VNNI nor AVX2 (md_qgemm's and md_qconv's int8 dot products)"
 
 EXACT_DEPTH = 512
 """Depths over which float32 sums products of 8-bit values exactly (255 * 128 * 512 < 2**24)."""
@@ -89,7 +97,7 @@ EXACT_DEPTH = 512
 def exact_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``a @ w`` for float32 matrices of 8-bit integer values (``a`` 0..255 or -128..127, ``w``
     -128..127), exact, in int64: float32 products (BLAS) over chunks of :data:`EXACT_DEPTH`
-    depths, each sum exact, added as integers. The path of a host without AVX512-VNNI.
+    depths, each sum exact, added as integers. The path of a host with neither AVX512-VNNI nor AVX2.
 
     Example:
         >>> a = np.full((1, 2000), 255, np.float32)
@@ -119,9 +127,9 @@ def constants(node: Node) -> list[np.ndarray | None]:
 
 def activations_refusal(node: Node, native: bool) -> str | None:
     """Why an 8-bit product plan cannot be made for ``node`` before its operands are read: no
-    VNNI where ``native`` is asked for, or activations that are not 8-bit of a known rank."""
+    int8 products (:data:`NO_INT8`) where ``native`` is asked for, or activations that are not 8-bit of a known rank."""
     if native and not has_int8_products():
-        return NO_VNNI
+        return NO_INT8
     a = node.inputs[0].type if node.inputs[0] is not None else None
     if a is None or a.shape is None or not a.shape or a.dtype.numpy not in (np.uint8, np.int8):
         return "the activations' type or rank is unknown"
@@ -131,7 +139,7 @@ def activations_refusal(node: Node, native: bool) -> str | None:
 def qgemm_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmPlan | str:
     """The :class:`QGemmPlan` of a ``QLinearMatMul`` or ``com.microsoft::QGemm`` node whose
     inputs have ``values`` (None: not a constant), or why it cannot run as ``md_qgemm``
-    (``native`` False: the plan of :func:`exact_product`'s path, which needs no VNNI)."""
+    (``native`` False: the plan of :func:`exact_product`'s path, which needs no int8 products)."""
     refusal = activations_refusal(node, native)
     if refusal:
         return refusal
@@ -265,8 +273,8 @@ def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, st
     if isinstance(plan, str):
         return None, plan
     if not native:
-        return qgemm_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
-    return qgemm_function(node), "md_qgemm (our int8 kernel, AVX512-VNNI)"
+        return qgemm_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
+    return qgemm_function(node), f"md_qgemm (our int8 kernel, {'AVX512-VNNI' if has_vnni() else 'AVX2'})"
 
 
 def qlinear_matmul_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]
@@ -301,7 +309,7 @@ class QConvPlan:
     flip: bool
     out_dtype: np.dtype
     portable: bool = False
-    """Without AVX512-VNNI: ``weights`` are float32 and :func:`exact_product` runs the product."""
+    """Without int8 products: ``weights`` are float32 and :func:`exact_product` runs the product."""
     pixel_rows: bool = False
     """``md_qconvt`` runs the product (:func:`pixel_rows`): ``weights`` are ``md_qgemm``'s panels,
     ``corr`` and ``mult`` padded to whole panels."""
@@ -380,9 +388,9 @@ def _aligned_rows(w: np.ndarray) -> np.ndarray:
 def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QConvPlan | str:
     """The :class:`QConvPlan` of a ``QLinearConv`` node whose inputs have ``values`` (None: not
     a constant), or why it cannot run as ``md_qpack`` + ``md_qconv`` (``native`` False: the
-    plan of :func:`exact_product`'s path, which needs no VNNI)."""
+    plan of :func:`exact_product`'s path, which needs no int8 products)."""
     if native and not has_int8_products():
-        return NO_VNNI
+        return NO_INT8
     x = node.inputs[0].type if node.inputs[0] is not None else None
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
         return "only 2-D convolutions of 8-bit activations run as md_qconv"
@@ -391,7 +399,7 @@ def qconv_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = T
     attrs = attrs_of(node)
     groups = int(attrs.get("group") or 1)
     if groups > 1 and not native:
-        return "a grouped QLinearConv without VNNI runs its reference kernel"
+        return "a grouped QLinearConv without int8 products runs its reference kernel"
     if w is None or np.ndim(w) != 4:
         return "the weights are not a constant 4-D tensor"
     if not all(_per_tensor(v) for v in (sx, zx, sy, zy)):
@@ -528,7 +536,7 @@ def qconv_function(node: Node) -> Any:
 
 
 def _portable_conv(plan: QConvPlan, x: np.ndarray, win: Any, out_hw: tuple[int, int]) -> np.ndarray:
-    """The conv without VNNI: each output pixel's taps (the padding the zero point) as a row,
+    """The conv without int8 products: each output pixel's taps (the padding the zero point) as a row,
     times the weights by :func:`exact_product`, requantized per channel."""
     n, c = x.shape[:2]
     (kh, kw), (sh, sw), (dh, dw) = plan.kernel, tuple(win.strides), tuple(win.dilations)
@@ -559,9 +567,10 @@ def qlinear_conv_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]
     if isinstance(plan, str):
         return None, plan
     if not native:
-        return qconv_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
-    kernel = "md_qconvt (our int8 kernel, AVX512-VNNI, the pixels as its rows)" if plan is not None \
-        and plan.pixel_rows else "md_qconv (our int8 kernel, AVX512-VNNI)"
+        return qconv_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
+    isa = "AVX512-VNNI" if has_vnni() else "AVX2"
+    kernel = f"md_qconvt (our int8 kernel, {isa}, the pixels as its rows)" if plan is not None \
+        and plan.pixel_rows else f"md_qconv (our int8 kernel, {isa})"
     return qconv_function(node), f"{kernel}, input packed by md_qpack"
 
 
@@ -571,7 +580,7 @@ def qlinear_conv_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Se
     return None if isinstance(plan, str) else qconv_lowering(plan, sources[0], out)
 
 
-__all__ = ["EXACT_DEPTH", "NO_VNNI", "QConvPlan", "QGemmPlan", "constants", "exact_product", "panel_tasks",
+__all__ = ["EXACT_DEPTH", "NO_INT8", "QConvPlan", "QGemmPlan", "constants", "exact_product", "panel_tasks",
            "qconv_lowering", "rows_lowering",
            "qconv_plan", "pixel_rows", "qgemm_function", "qgemm_lowering", "qgemm_plan", "qlinear_conv_kernel",
            "qlinear_conv_native", "qlinear_matmul_kernel", "qlinear_matmul_native", "requantized"]

@@ -11,8 +11,8 @@ panels, with their column sums; each call reads the activations' scale and zero 
 graph computed them, and the kernel makes each panel's correction (``-za * colsum``) and
 multiplier (``a_scale * w_scale``) before its tiles run, so the result is the reference's bit
 for bit. ``QGemm`` with a float output is the same with both read from constants (``alpha`` in
-the activations' scale, its int32 ``C`` in the correction). Without AVX512-VNNI the products run
-exact through float32 sgemm (:func:`~metadef.backends.x86.quantized.exact_product`); anything
+the activations' scale, its int32 ``C`` in the correction). With neither AVX512-VNNI nor AVX2
+the products run exact through float32 sgemm (:func:`~metadef.backends.x86.quantized.exact_product`); anything
 else says why and runs its reference kernel.
 
 Example:
@@ -41,7 +41,7 @@ import numpy as np
 from metadef.backends.x86.choice import Choice, attrs_of
 from metadef.backends.x86.native import Arg
 from metadef.backends.x86.quantized import (
-    NO_VNNI,
+    NO_INT8,
     QConvPlan,
     _aligned_rows,
     _reference,
@@ -55,7 +55,14 @@ from metadef.backends.x86.quantized import (
     rows_lowering,
 )
 from metadef.codegen.native import ENTRY, native_function
-from metadef.codegen.native_qgemm import MAX_DEPTH, QGEMM_PANEL, has_int8_products, pack_qgemm_weights, qgemmf_dims
+from metadef.codegen.native_qgemm import (
+    MAX_DEPTH,
+    QGEMM_PANEL,
+    has_int8_products,
+    has_vnni,
+    pack_qgemm_weights,
+    qgemmf_dims,
+)
 from metadef.ir import Node
 from metadef.ops.defs.microsoft import attention_of_projection
 from metadef.ops.defs.nn_pool import window
@@ -80,7 +87,7 @@ class QGemmFloatPlan:
     a_zero: np.ndarray
     flip: bool
     weights: np.ndarray | None = None
-    """Without AVX512-VNNI (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
+    """Without int8 products (``packed`` None): the weights less their zero point, float32 ``[k, n]``."""
     rowterm: np.ndarray | None = None
     """uint8 weights whose zero point leaves them outside int8 (``wide``): packed as ``W - 128``,
     and ``128 - zero point`` a column, which ``md_qgemmf`` multiplies by each row's byte sum."""
@@ -96,7 +103,7 @@ class QGemmFloatPlan:
         return panel_tasks(self, m, count)
 
     def portable(self, a: np.ndarray, a_scale: Any, a_zero: Any) -> np.ndarray:
-        """The product without VNNI: exact int32 sums, scaled and biased as the kernel does."""
+        """The product without int8 products: exact int32 sums, scaled and biased as the kernel does."""
         assert self.weights is not None
         rows = np.asarray(a).reshape(-1, self.k).astype(np.float32)
         za = int(np.asarray(a_zero).reshape(())) if a_zero is not None else 0
@@ -124,7 +131,7 @@ def float_output(node: Node) -> bool:
 def qgemmf_plan(node: Node, values: Sequence[np.ndarray | None], native: bool = True) -> QGemmFloatPlan | str:
     """The :class:`QGemmFloatPlan` of a ``MatMulIntegerToFloat`` node, or of a ``QGemm`` with a
     float output, whose inputs have ``values`` (None: not a constant), or why it cannot run as
-    ``md_qgemmf`` (``native`` False: the plan of the path without VNNI)."""
+    ``md_qgemmf`` (``native`` False: the plan of the path without int8 products)."""
     refusal = activations_refusal(node, native)
     if refusal:
         return refusal
@@ -269,8 +276,9 @@ def qgemmf_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
     if isinstance(plan, str):
         return None, plan
     if not native:
-        return qgemmf_function(node), f"exact integer products through float32 sgemm ({NO_VNNI})"
-    return qgemmf_function(node), "md_qgemmf (our int8 kernel, AVX512-VNNI, float output)"
+        return qgemmf_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
+    isa = "AVX512-VNNI" if has_vnni() else "AVX2"
+    return qgemmf_function(node), f"md_qgemmf (our int8 kernel, {isa}, float output)"
 
 
 def qgemmf_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]) -> Any:
@@ -306,7 +314,7 @@ def qattention_node(node: Node) -> Choice | str:
         proj = run_plan(plan, get[0], get[3], get[6])
         return list(attention_of_projection(proj, attrs, get[5], get[8], np.float32))[:len(out_types)]
 
-    kernel = "md_qgemmf (our int8 kernel)" if native else f"exact integer products through float32 sgemm ({NO_VNNI})"
+    kernel = "md_qgemmf (our int8 kernel)" if native else f"exact integer products through float32 sgemm ({NO_INT8})"
     return Choice(run, "blas", f"QAttention: the projection by {kernel}, attention by numpy's batched products")
 
 
@@ -318,7 +326,7 @@ def conv_integer_plan(node: Node, values: Sequence[np.ndarray | None]) -> QConvP
     int32 sums by ``md_qpack`` + ``md_qconvi``; the activations' zero point a constant, or read
     at run time where ``values`` has None for it), or why it cannot run so."""
     if not has_int8_products():
-        return NO_VNNI
+        return NO_INT8
     x = node.inputs[0].type if node.inputs[0] is not None else None
     if x is None or x.shape is None or len(x.shape) != 4 or x.dtype.numpy not in (np.uint8, np.int8):
         return "only 2-D convolutions of 8-bit activations run as md_qconvi"
