@@ -101,9 +101,13 @@ class Model:
           at least :data:`FLOAT16_MIN_ELEMENTS` elements are held as float16 (half the
           memory) and converted to float32 as each run reads them, which costs time (F16C
           makes it cheap, not free); else ``"float32"``.
-        - ``int8_kernels``: always False for now: metadef's x86 backend has no int8 kernels
-          (an int8 file is dequantized at load); ``reasons`` says whether the profile has the
-          VNNI that would make them fast.
+        - ``int8_kernels``: whether the x86 backend's int8 kernels run on the profile:
+          quantized models (QDQ, QOperator) then compute their products in int8. True with
+          AVX512-VNNI (one ``vpdpbusd`` per four products a lane) and with AVX2 alone (exact
+          products through 16-bit multiplies, fewer a cycle; ``reasons`` says which); False
+          without AVX2, where they run on the reference backend. An int8 weight-only
+          ``.mdef`` file is dequantized at load either way (its contractions compute in
+          float32).
         - ``level``: the optimization level the graph was optimized at.
 
         Example:
@@ -189,10 +193,15 @@ def _weights(profile: DeviceProfile, asked: dict[str, Any]) -> tuple[Any, str]:
 
 
 def _int8(profile: DeviceProfile, asked: dict[str, Any]) -> tuple[Any, str]:
-    if profile.has("vnni") or profile.has("amx_int8"):
-        return False, ("the profile has VNNI / AMX-INT8, but the x86 backend has no int8 kernels yet: "
-                       "weights compute in float32 (an int8 file is dequantized at load)")
-    return False, "the profile lacks VNNI (AVX-512 VNNI or AVX-VNNI): int8 would not run fast here"
+    weight_only = "; an int8 weight-only .mdef file is still dequantized at load (float32 products)"
+    if profile.has("avx512_vnni"):
+        return True, ("the profile has AVX512-VNNI: quantized models' products run in our int8 kernels "
+                      "(vpdpbusd)" + weight_only)
+    if profile.has("avx2"):
+        return True, ("the profile has AVX2 but lacks AVX512-VNNI: quantized models' products run in our int8 "
+                      "kernels, exact through 16-bit multiplies (vpmaddwd), at about half VNNI's rate" + weight_only)
+    return False, ("the profile lacks AVX2: the x86 backend's int8 kernels do not run; quantized models run on "
+                   "the reference backend")
 
 
 tuning_rules: list[tuple[str, TuningRule]] = [

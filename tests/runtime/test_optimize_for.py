@@ -11,6 +11,7 @@ import pytest
 
 import metadef as md
 from metadef.codegen.jit import host_target
+from metadef.codegen.native_qgemm import has_int8_products
 from metadef.runtime.model import store_weights_float16
 
 NO_AVX512 = md.DeviceProfile(cpu_name="AVX2 box", features=frozenset({"avx", "avx2", "fma", "f16c", "sse4_2"}),
@@ -31,10 +32,10 @@ def test_a_profile_without_avx512_gets_x86_with_256_bit_vectors(mlp: md.Model) -
     tuned = mlp.optimize_for(NO_AVX512)
     assert tuned is not mlp and mlp.choices == {}  # a new model; the loaded one is unchanged
     assert tuned.choices == {"target": "x86", "threads": 4, "vector_bits": 256, "weights": "float32",
-                             "int8_kernels": False, "level": "aggressive"}
+                             "int8_kernels": True, "level": "aggressive"}
     assert set(tuned.reasons) == set(tuned.choices)
     assert "reduced precision not allowed" in tuned.reasons["weights"]
-    assert "lacks VNNI" in tuned.reasons["int8_kernels"]
+    assert "lacks AVX512-VNNI" in tuned.reasons["int8_kernels"] and "vpmaddwd" in tuned.reasons["int8_kernels"]
     if host_target().vector_bits != 256:
         assert "compile on the profiled machine" in tuned.reasons["vector_bits"]
     sess = tuned.compile()
@@ -66,10 +67,15 @@ def test_reduced_precision_holds_contraction_weights_as_float16(mlp: md.Model) -
     assert kept.choices["weights"] == "float32" and "lacks F16C" in kept.reasons["weights"]
 
 
-def test_vnni_is_seen_but_no_int8_kernel_is_claimed(mlp: md.Model) -> None:
+def test_int8_kernels_follow_the_profile_isa(mlp: md.Model) -> None:
+    # (what the x86 backend's quantized routines need: native_qgemm.has_int8_products)
     tuned = mlp.optimize_for(VNNI)
-    assert tuned.choices["int8_kernels"] is False and tuned.choices["vector_bits"] == 512
-    assert "has VNNI" in tuned.reasons["int8_kernels"] and "no int8 kernels" in tuned.reasons["int8_kernels"]
+    assert tuned.choices["int8_kernels"] is True and tuned.choices["vector_bits"] == 512
+    assert "has AVX512-VNNI" in tuned.reasons["int8_kernels"] and "vpdpbusd" in tuned.reasons["int8_kernels"]
+    old = mlp.optimize_for(NO_AVX2)
+    assert old.choices["int8_kernels"] is False and "lacks AVX2" in old.reasons["int8_kernels"]
+    here = mlp.optimize_for()
+    assert here.choices["int8_kernels"] is has_int8_products()
 
 
 def test_float16_weights_skip_embeddings_and_small_constants() -> None:
