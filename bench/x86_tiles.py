@@ -1,10 +1,13 @@
 """Our micro-kernels against OpenBLAS on the zoo's product shapes, one thread, in cache.
 
 First the core's FMA peak with 256-bit and 512-bit vectors (a loop of independent FMAs, JIT-
-compiled here), which is what the tiles' widths are chosen by; then, for each shape, the best
-of ``--reps`` calls of our routine and of OpenBLAS's ``sgemm`` through numpy (one thread: run
-with ``OPENBLAS_NUM_THREADS=1``, which this script sets before numpy loads), in GFLOP/s, and
-the time ratio ours / OpenBLAS (below 1.0: ours is faster):
+compiled here), which is what the tiles' widths are chosen by; then, for each shape, ``--reps``
+rounds each calling our routine and OpenBLAS's ``sgemm`` through numpy once, one after the
+other (one thread: run with ``OPENBLAS_NUM_THREADS=1``, which this script sets before numpy
+loads): the best of each in GFLOP/s, and the median of the rounds' time ratios ours / OpenBLAS
+(below 1.0: ours is faster) with their middle half. On a shared host (another tenant's load
+moves a kernel's rate by 20 % from one second to the next) the ratio of two calls made side by
+side is the steady figure; the best of each, taken at different moments, is not.
 
 - ``md_gemm`` (constant weights, packed once): BERT's products at 128 rows, the MLP's at 8;
 - ``md_conv1x1`` (a pointwise conv, pixels as the tile's columns): ResNet-50's and MobileNetV2's;
@@ -22,6 +25,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import ctypes
+import statistics
 import time
 from collections.abc import Callable
 
@@ -42,6 +46,18 @@ from metadef.codegen.native_gemm import (
 )
 
 KEEP: list[object] = []
+
+
+def side_by_side(ours: Callable[[], object], blas: Callable[[], object], reps: int) -> tuple[list[float], list[float]]:
+    """The times of ``reps`` rounds, each calling ``ours`` then ``blas`` once (after one call of each)."""
+    ours(), blas()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(reps):
+        for fn, out in zip((ours, blas), times):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return times
 
 
 def best(fn: Callable[[], object], reps: int) -> float:
@@ -102,19 +118,23 @@ def call(name: str, arrays: list[np.ndarray | None], dims: tuple[int, ...]) -> C
     return lambda: fn(args, values)
 
 
-def row(what: str, flops: float, ours: float, blas: float) -> None:
-    print(f"| {what} | {flops / ours / 1e9:.0f} | {flops / blas / 1e9:.0f} | {ours / blas:.2f} |")
+def row(what: str, flops: float, times: tuple[list[float], list[float]]) -> None:
+    ours, blas = times
+    ratios = [a / b for a, b in zip(ours, blas)]
+    low, mid, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"| {what} | {flops / min(ours) / 1e9:.0f} | {flops / min(blas) / 1e9:.0f} | "
+          f"{mid:.2f} ({low:.2f}-{high:.2f}) |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=30, help="rounds a shape (each: ours, then OpenBLAS)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"host: {host_target().cpu}, tile vectors of {tile_lanes()} floats; FMA peak on one core: "
           f"{fma_peak(8):.0f} GFLOP/s with 256-bit vectors, "
           f"{fma_peak(16) if host_target().has('avx512f') else float('nan'):.0f} with 512-bit")
-    print("\n| product | ours GFLOP/s | OpenBLAS GFLOP/s | time ratio |\n|---|---|---|---|")
+    print("\n| product | ours GFLOP/s | OpenBLAS GFLOP/s | time ratio, median (middle half) |\n|---|---|---|---|")
     for m, k, n in [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (1024, 768, 768), (8, 784, 512)]:
         x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
         packed = pack_gemm_weights(w)
@@ -124,26 +144,26 @@ def main() -> None:
         product = call("md_gemm", [rows, packed, np.zeros(packed.shape[0] * packed.shape[2], np.float32), y],
                        gemm_dims(m, n, k, lda=lda))
         copy = call("md_copy_rows", [x, rows], (m, 4 * k, 4 * k, 4 * lda))
-        ours = best(product if lda == k else lambda product=product, copy=copy: (copy(), product()), args.reps)
-        blas = best(lambda x=x, w=w, y=y: np.matmul(x, w, out=y), args.reps)
+        ours = product if lda == k else lambda product=product, copy=copy: (copy(), product())
+        times = side_by_side(ours, lambda x=x, w=w, y=y: np.matmul(x, w, out=y), args.reps)
         row(f"md_gemm {m}x{k} @ {k}x{n}" + (f" (x copied to stride {lda} first)" if lda != k else ""),
-            2 * m * n * k, ours, blas)
+            2 * m * n * k, times)
     for cin, cout, pixels in [(64, 256, 3136), (256, 64, 3136), (512, 128, 784), (1024, 256, 196), (96, 24, 3136)]:
         x, w = rng.standard_normal((cin, pixels), dtype=np.float32), rng.standard_normal((cout, cin), dtype=np.float32)
         y = np.empty((cout, pixels), np.float32)
-        ours = best(call("md_conv1x1", [x, pack_conv1x1_weights(w), np.zeros(cout, np.float32), None, y],
-                         conv1x1_dims(1, cin, cout, pixels)), args.reps)
-        blas = best(lambda x=x, w=w, y=y: np.matmul(w, x, out=y), args.reps)
-        row(f"md_conv1x1 {cin}->{cout} channels, {pixels} pixels", 2 * cin * cout * pixels, ours, blas)
+        ours = call("md_conv1x1", [x, pack_conv1x1_weights(w), np.zeros(cout, np.float32), None, y],
+                    conv1x1_dims(1, cin, cout, pixels))
+        times = side_by_side(ours, lambda x=x, w=w, y=y: np.matmul(w, x, out=y), args.reps)
+        row(f"md_conv1x1 {cin}->{cout} channels, {pixels} pixels", 2 * cin * cout * pixels, times)
     for batch, m, n, k, trans_b in [(12, 128, 128, 64, True), (12, 128, 64, 128, False)]:
         a = rng.standard_normal((batch, m, k), dtype=np.float32)
         b = rng.standard_normal((batch, n, k) if trans_b else (batch, k, n), dtype=np.float32)
         y = np.empty((batch, m, n), np.float32)
-        ours = best(call("md_bmm", [a, b, y], bmm_dims(batch, m, n, k, trans_b=trans_b)), args.reps)
         operand = b.transpose(0, 2, 1) if trans_b else b
-        blas = best(lambda a=a, operand=operand, y=y: np.matmul(a, operand, out=y), args.reps)
+        times = side_by_side(call("md_bmm", [a, b, y], bmm_dims(batch, m, n, k, trans_b=trans_b)),
+                             lambda a=a, operand=operand, y=y: np.matmul(a, operand, out=y), args.reps)
         what = "Q Kᵀ" if trans_b else "P V"
-        row(f"md_bmm {batch} heads, {what} ({m}x{k} @ {k}x{n})", 2 * batch * m * n * k, ours, blas)
+        row(f"md_bmm {batch} heads, {what} ({m}x{k} @ {k}x{n})", 2 * batch * m * n * k, times)
 
 
 if __name__ == "__main__":
