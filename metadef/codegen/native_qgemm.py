@@ -104,6 +104,22 @@ def qconv_row_tiles() -> tuple[int, ...]:
     return QGEMM_ROW_TILES if has_vnni() else (4, 2, 1)
 
 
+def int8_isa(has: Callable[[str], bool] | None = None) -> str | None:
+    """The instruction set the quantized routines use on a CPU with the features ``has`` says
+    it has (default: this host's; a :class:`metadef.DeviceProfile`'s ``has`` reads the same
+    names): ``"AVX512-VNNI"`` (one ``vpdpbusd`` per four products a lane), ``"AVX2"`` (see
+    :func:`has_int8_products`), or None, where they do not run.
+
+    Example:
+        >>> int8_isa(lambda f: f == "avx2"), int8_isa(lambda f: False)
+        ('AVX2', None)
+    """
+    has = has or host_target().has
+    if has("avx512vnni") and has("avx512bw"):
+        return "AVX512-VNNI"
+    return "AVX2" if has("avx2") else None
+
+
 def has_vnni() -> bool:
     """Whether this host has AVX512-VNNI (``md_qgemm``'s products are then one ``vpdpbusd``).
 
@@ -111,8 +127,7 @@ def has_vnni() -> bool:
         >>> isinstance(has_vnni(), bool)
         True
     """
-    target = host_target()
-    return target.has("avx512vnni") and target.has("avx512bw")
+    return int8_isa() == "AVX512-VNNI"
 
 
 def has_int8_products() -> bool:
@@ -125,7 +140,7 @@ def has_int8_products() -> bool:
         >>> has_vnni() <= has_int8_products()
         True
     """
-    return has_vnni() or host_target().has("avx2")
+    return int8_isa() is not None
 
 
 def pack_qgemm_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

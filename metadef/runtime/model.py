@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from metadef.codegen.host import host_target
+from metadef.codegen.native_qgemm import int8_isa
 from metadef.core.dtypes import from_numpy
 from metadef.core.errors import InputError
 from metadef.core.flags import DEBUG
@@ -104,7 +105,8 @@ class Model:
         - ``int8_kernels``: whether the x86 backend's int8 kernels run on the profile:
           quantized models (QDQ, QOperator) then compute their products in int8. True with
           AVX512-VNNI (one ``vpdpbusd`` per four products a lane) and with AVX2 alone (exact
-          products through 16-bit multiplies, fewer a cycle; ``reasons`` says which); False
+          products through 16-bit multiplies, more instructions a product; ``reasons`` says which:
+          :func:`metadef.codegen.native_qgemm.int8_isa`); False
           without AVX2, where they run on the reference backend. An int8 weight-only
           ``.mdef`` file is dequantized at load either way (its contractions compute in
           float32).
@@ -194,12 +196,14 @@ def _weights(profile: DeviceProfile, asked: dict[str, Any]) -> tuple[Any, str]:
 
 def _int8(profile: DeviceProfile, asked: dict[str, Any]) -> tuple[Any, str]:
     weight_only = "; an int8 weight-only .mdef file is still dequantized at load (float32 products)"
-    if profile.has("avx512_vnni"):
+    isa = int8_isa(profile.has)
+    if isa == "AVX512-VNNI":
         return True, ("the profile has AVX512-VNNI: quantized models' products run in our int8 kernels "
                       "(vpdpbusd)" + weight_only)
-    if profile.has("avx2"):
+    if isa == "AVX2":
         return True, ("the profile has AVX2 but lacks AVX512-VNNI: quantized models' products run in our int8 "
-                      "kernels, exact through 16-bit multiplies (vpmaddwd), at about half VNNI's rate" + weight_only)
+                      "kernels, exact through 16-bit multiplies (vpmaddwd), more instructions a product than "
+                      "VNNI's" + weight_only)
     return False, ("the profile lacks AVX2: the x86 backend's int8 kernels do not run; quantized models run on "
                    "the reference backend")
 

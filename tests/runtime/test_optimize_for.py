@@ -18,7 +18,8 @@ NO_AVX512 = md.DeviceProfile(cpu_name="AVX2 box", features=frozenset({"avx", "av
                              logical_cores=8, physical_cores=4)
 NO_AVX2 = md.DeviceProfile(cpu_name="old box", features=frozenset({"sse4_2", "avx"}), logical_cores=4,
                            physical_cores=2)
-VNNI = md.DeviceProfile(cpu_name="VNNI box", features=frozenset({"avx2", "fma", "f16c", "avx512f", "avx512_vnni"}),
+VNNI = md.DeviceProfile(cpu_name="VNNI box", features=frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                                                  "avx512_vnni"}),
                         logical_cores=2, physical_cores=1)
 
 

@@ -48,7 +48,7 @@ from metadef.codegen.native_qgemm import (
     MAX_DEPTH,
     QGEMM_PANEL,
     has_int8_products,
-    has_vnni,
+    int8_isa,
     pack_qgemm_weights,
     qgemm_dims,
 )
@@ -274,7 +274,7 @@ def qlinear_matmul_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, st
         return None, plan
     if not native:
         return qgemm_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
-    return qgemm_function(node), f"md_qgemm (our int8 kernel, {'AVX512-VNNI' if has_vnni() else 'AVX2'})"
+    return qgemm_function(node), f"md_qgemm (our int8 kernel, {int8_isa()})"
 
 
 def qlinear_matmul_native(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequence[np.ndarray | None]
@@ -568,7 +568,7 @@ def qlinear_conv_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]
         return None, plan
     if not native:
         return qconv_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
-    isa = "AVX512-VNNI" if has_vnni() else "AVX2"
+    isa = int8_isa()
     kernel = f"md_qconvt (our int8 kernel, {isa}, the pixels as its rows)" if plan is not None \
         and plan.pixel_rows else f"md_qconv (our int8 kernel, {isa})"
     return qconv_function(node), f"{kernel}, input packed by md_qpack"

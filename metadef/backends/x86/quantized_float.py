@@ -59,7 +59,7 @@ from metadef.codegen.native_qgemm import (
     MAX_DEPTH,
     QGEMM_PANEL,
     has_int8_products,
-    has_vnni,
+    int8_isa,
     pack_qgemm_weights,
     qgemmf_dims,
 )
@@ -277,7 +277,7 @@ def qgemmf_kernel(attrs: Mapping[str, Any], node: Node) -> tuple[Any, str]:
         return None, plan
     if not native:
         return qgemmf_function(node), f"exact integer products through float32 sgemm ({NO_INT8})"
-    isa = "AVX512-VNNI" if has_vnni() else "AVX2"
+    isa = int8_isa()
     return qgemmf_function(node), f"md_qgemmf (our int8 kernel, {isa}, float output)"
 
 
