@@ -11,6 +11,14 @@ llvmlite version. A later process on the same host reads the record and never lo
 (:mod:`.link`). A missing or damaged record, or a host with no ``/proc/cpuinfo``, means asking
 LLVM (and writing the record again).
 
+``METADEF_MAX_ISA`` (``sse4.2``, ``avx``, ``avx2`` or ``avx512``) caps what generated code may use,
+as oneDNN's ``ONEDNN_MAX_CPU_ISA`` and MKL's ``MKL_ENABLE_INSTRUCTIONS`` do: the features past
+the level are turned off in the target's feature string (:func:`cap_features`), so the code,
+the tiles and the packed layouts are the ones a CPU of that level gets, and the compile cache
+keeps them apart. For code meant for an older CPU, and for running the AVX2 paths on an
+AVX-512 machine (tests). It is read once a process, at the first compile. OpenBLAS picks its
+own kernels (``OPENBLAS_CORETYPE=Haswell`` caps those, set before numpy is imported).
+
 Example:
     >>> t = host_target()
     >>> t.vector_bits in (128, 256, 512), t.features.startswith(("+", "-"))
@@ -59,6 +67,65 @@ class HostTarget:
     def has(self, feature: str) -> bool:
         """Whether the feature string enables ``feature`` (``"avx2"``, ``"avx512f"``)."""
         return f"+{feature}" in self.features.split(",")
+
+    def capped(self, level: str) -> HostTarget:
+        """This target with the features past ISA ``level`` turned off (:func:`cap_features`)
+        and its vector width to match.
+
+        Example:
+            >>> t = HostTarget("znver4", "+avx2,+fma,+avx512f,+avx512vl", 512, "x86_64-unknown-linux-gnu")
+            >>> t.capped("avx2").features, t.capped("avx2").vector_bits
+            ('+avx2,+fma,-avx512f,-avx512vl', 256)
+        """
+        features = cap_features(self.features, level)
+        return HostTarget(self.cpu, features, widest_vector(features), self.triple, self.llvm)
+
+
+_BEYOND = {"avx512": ("amx",),
+           "avx2": ("avx512", "evex512", "avx10", "avxvnni", "avxifma", "avxneconvert"),
+           "avx": ("avx2", "fma"),
+           "sse4.2": ("avx", "f16c", "xop", "vaes", "vpclmulqdq")}
+"""Name prefixes (lower case, no ``-`` or ``_``) of the features each ISA level lacks, beyond
+those the levels above it lack; every AVX-512 subset goes with ``avx512f`` (LLVM would turn
+``avx512f`` back on for any one left on)."""
+
+
+def beyond_isa(feature: str, level: str) -> bool:
+    """Whether a CPU of ISA ``level`` (one of ``ISA_LEVELS``) lacks ``feature`` (LLVM's or
+    ``/proc/cpuinfo``'s spelling).
+
+    Example:
+        >>> beyond_isa("avx512_vnni", "avx2"), beyond_isa("+avx2", "avx2"), beyond_isa("amx-tile", "avx512")
+        (True, False, True)
+    """
+    if level not in flags.ISA_LEVELS:
+        raise ValueError(f"unknown ISA level {level!r}: expected one of {', '.join(flags.ISA_LEVELS)}")
+    key = feature.strip().lstrip("+-").lower().replace("-", "").replace("_", "")
+    above = flags.ISA_LEVELS[flags.ISA_LEVELS.index(level):]
+    return any(key.startswith(prefix) for lv in above for prefix in _BEYOND[lv])
+
+
+def cap_features(features: str, level: str) -> str:
+    """An LLVM feature string (``+avx2,-sse4a,...``) with every feature past ISA ``level``
+    turned off, the rest as they were.
+
+    Example:
+        >>> cap_features("+sse4.2,+avx,+avx2,+fma,+avx512f,+amx-tile", "avx")
+        '+sse4.2,+avx,-avx2,-fma,-avx512f,-amx-tile'
+    """
+    return ",".join(f"-{f[1:]}" if f.startswith("+") and beyond_isa(f, level) else f
+                    for f in features.split(",") if f)
+
+
+def widest_vector(features: str) -> int:
+    """The widest float vector, in bits, that an LLVM feature string enables.
+
+    Example:
+        >>> widest_vector("+avx2,-avx512f"), widest_vector("+avx512f"), widest_vector("-avx")
+        (256, 512, 128)
+    """
+    enabled = set(features.split(","))
+    return 512 if "+avx512f" in enabled else 256 if "+avx2" in enabled or "+avx" in enabled else 128
 
 
 def _llvmlite_version() -> str:
@@ -154,7 +221,7 @@ def generate(ir: str, symbols: list[str], name: str, unroll: bool = True,
 @cache
 def host_target() -> HostTarget:
     """The host target: from this host's record if there is one, else from LLVM (512-bit
-    vectors with avx512f).
+    vectors with avx512f); capped at ``METADEF_MAX_ISA`` where it is set (read once).
 
     Example:
         >>> host_target().triple.startswith(("x86_64", "aarch64", "arm64"))
@@ -167,7 +234,8 @@ def host_target() -> HostTarget:
         found = ask_llvm()
         if path:
             _write_record(path, found)
-    return found
+    level = flags.MAX_ISA.get()
+    return found if level is None else found.capped(level)
 
 
 @cache
@@ -199,5 +267,5 @@ def toolchain() -> dict[str, str]:
             "cpu_features": host.features, "pipeline": PIPELINE, "codegen": source_digest()}
 
 
-__all__ = ["PIPELINE", "HostTarget", "ask_llvm", "generate", "host_fingerprint", "host_target", "record_folder",
-           "source_digest", "toolchain"]
+__all__ = ["PIPELINE", "HostTarget", "ask_llvm", "beyond_isa", "cap_features", "generate", "host_fingerprint",
+           "host_target", "record_folder", "source_digest", "toolchain", "widest_vector"]

@@ -30,7 +30,7 @@ from functools import cache
 
 import llvmlite.binding as llvm
 
-from metadef.codegen.host import PIPELINE, HostTarget, host_target, source_digest, toolchain
+from metadef.codegen.host import PIPELINE, HostTarget, host_target, source_digest, toolchain, widest_vector
 from metadef.codegen.link import compile_count, load_object
 from metadef.core.errors import BackendError
 
@@ -51,9 +51,7 @@ def query_host() -> HostTarget:
     :func:`metadef.codegen.host.host_target`, which remembers the answer per host."""
     _initialize()
     features = llvm.get_host_cpu_features().flatten()
-    enabled = set(features.split(","))
-    bits = 512 if "+avx512f" in enabled else 256 if "+avx2" in enabled or "+avx" in enabled else 128
-    return HostTarget(llvm.get_host_cpu_name(), features, bits, llvm.get_process_triple(),
+    return HostTarget(llvm.get_host_cpu_name(), features, widest_vector(features), llvm.get_process_triple(),
                       ".".join(map(str, llvm.llvm_version_info)))
 
 

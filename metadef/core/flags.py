@@ -59,6 +59,23 @@ STRICT_SHAPES: Flag[bool] = Flag("METADEF_STRICT_SHAPES", lambda: False, _parse_
 CACHE_DIR: Flag[Path] = Flag("METADEF_CACHE_DIR", _default_cache_dir, lambda _n, t: Path(t),
                              "where compiled code is cached on disk")
 
-ALL_FLAGS = (DEBUG, VERIFY, STRICT_SHAPES, CACHE_DIR)
+ISA_LEVELS = ("sse4.2", "avx", "avx2", "avx512")
+"""The vector ISA levels ``METADEF_MAX_ISA`` may name, oldest first."""
 
-__all__ = ["ALL_FLAGS", "CACHE_DIR", "DEBUG", "Flag", "STRICT_SHAPES", "VERIFY"]
+
+def _parse_isa(name: str, text: str) -> str | None:
+    level = text.strip().lower()
+    if level in ISA_LEVELS:
+        return level
+    if level in ("", "all", "host"):
+        return None
+    raise ValueError(f"environment flag {name}={text!r}: expected one of {', '.join(ISA_LEVELS)} (or unset: all "
+                     "the CPU has)")
+
+
+MAX_ISA: Flag[str | None] = Flag("METADEF_MAX_ISA", lambda: None, _parse_isa,
+                                 "the newest vector ISA generated code may use (sse4.2, avx, avx2, avx512; "
+                                 "default: all the CPU has), read once a process")
+ALL_FLAGS = (DEBUG, VERIFY, STRICT_SHAPES, CACHE_DIR, MAX_ISA)
+
+__all__ = ["ALL_FLAGS", "CACHE_DIR", "DEBUG", "ISA_LEVELS", "MAX_ISA", "Flag", "STRICT_SHAPES", "VERIFY"]

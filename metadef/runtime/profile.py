@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadef.codegen.host import host_target
+from metadef.codegen.host import beyond_isa, host_target
+from metadef.core import flags
 from metadef.core.errors import InputError
 from metadef.format import open_mdef
 
@@ -105,9 +106,12 @@ class DeviceProfile:
     @classmethod
     def detect(cls) -> DeviceProfile:
         """Read this machine: ``/proc/cpuinfo``, LLVM's host features, ``/proc/meminfo``, and
-        ``nvidia-smi`` when it is installed."""
+        ``nvidia-smi`` when it is installed; the CPU features capped at ``METADEF_MAX_ISA``
+        where it is set (what generated code may use)."""
         info = _cpuinfo()
-        from_cpuinfo = frozenset(normalize_feature(f) for f in info.get("flags", "").split())
+        level = flags.MAX_ISA.get()  # (what generated code may use: METADEF_MAX_ISA caps the CPU's own)
+        from_cpuinfo = frozenset(normalize_feature(f) for f in info.get("flags", "").split()
+                                 if level is None or not beyond_isa(f, level))
         host = host_target()
         from_llvm = frozenset(normalize_feature(f) for f in host.features.split(",") if f.startswith("+"))
         return cls(cpu_name=info.get("model name", "unknown"), vendor=info.get("vendor_id", "unknown"),

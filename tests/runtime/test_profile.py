@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 import metadef as md
+from metadef.codegen.host import beyond_isa
 from metadef.codegen.jit import host_target
+from metadef.core import flags as env_flags
 from metadef.runtime.profile import (
     DeviceProfile,
     GpuInfo,
@@ -49,9 +51,26 @@ def test_detect_takes_the_union_of_cpuinfo_and_llvm() -> None:
     assert llvm_on <= p.features
     with open("/proc/cpuinfo") as f:
         flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    level = env_flags.MAX_ISA.get()  # (a run under METADEF_MAX_ISA: only what the cap leaves)
     for flag in ("avx2", "avx512f", "avx512_vnni", "amx_tile", "f16c", "fma"):
-        assert (flag in flags) <= p.has(flag), flag  # whatever /proc/cpuinfo lists, the profile has
+        listed = flag in flags and (level is None or not beyond_isa(flag, level))
+        assert listed <= p.has(flag), flag  # whatever /proc/cpuinfo lists, the profile has
     assert p.has("avx512") == ("avx512f" in p.features)
+
+
+def test_detect_under_an_isa_cap_lists_only_what_generated_code_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    monkeypatch.setenv("METADEF_MAX_ISA", "avx2")
+    host_target.cache_clear()
+    try:
+        p = DeviceProfile.detect()
+    finally:
+        monkeypatch.delenv("METADEF_MAX_ISA")
+        host_target.cache_clear()
+    assert not any(p.has(f) for f in ("avx512f", "avx512_vnni", "amx_tile", "avx_vnni"))
+    assert p.has("avx2") == ("avx2" in flags) and p.has("fma") == ("fma" in flags)
+    assert not p.has("avx512") and p.sources["llvm"] and not any("avx512" in f for f in p.sources["llvm"])
 
 
 @pytest.mark.parametrize(("spelling", "canonical"), [
