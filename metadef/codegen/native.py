@@ -46,7 +46,9 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_depthwise``: a 3x3 depthwise conv, padding skipped in place, bias and bounds applied
   (:mod:`.native_depthwise`); ``md_maxpool3x3`` the same walk taking each window's maximum;
   ``md_depthwise5`` / ``md_depthwise7`` its padded walk for 5x5 and 7x7 windows, ``md_maxpool5x5`` /
-  ``md_maxpool7x7`` the same taking maxima.
+  ``md_maxpool7x7`` the same taking maxima; ``md_depthwise_rows``: a depthwise conv of any square
+  window on pixel-major values, vectorized along the channels, ``md_depthwise_rows3`` its 3x3
+  form (:mod:`.native_dwrows`).
 - ``md_pad2d``: zero-pad the two last axes (for the generated depthwise kernels).
 - ``md_copy``: copy bytes; ``md_copy_rows``: copy rows of bytes between two strides (Concat,
   Split, Slice: each part a block of every row of the whole, or the reverse).
@@ -107,6 +109,7 @@ from metadef.codegen.native_depthwise import (
     maxpool_routine,
 )
 from metadef.codegen.native_direct import _conv_direct
+from metadef.codegen.native_dwrows import DWROWS_ROUTINES, _depthwise_rows
 from metadef.codegen.native_gemm import CONV1X1_DIMS, GEMM_DIMS, _conv1x1, _conv1x1t, _gemm, _transpose
 from metadef.codegen.native_ir import (
     _SGEMM,
@@ -459,11 +462,13 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     **{f"md_maxpool3x3_inplace{s}": functools.partial(_depthwise, pool=True, only_in_place=s) for s in (1, 2)},
     **{depthwise_routine(k): functools.partial(_depthwise, k=k) for k in DEPTHWISE_KERNELS if k != 3},
     **{maxpool_routine(k): functools.partial(_depthwise, pool=True, k=k) for k in DEPTHWISE_KERNELS if k != 3},
+    **{name: functools.partial(_depthwise_rows, window=int(name[17:]) if name[17:] else None)
+       for name in DWROWS_ROUTINES},
     "md_run_tasks": _pool_module,
 }
 
 UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md_gemm", "md_qgemm", "md_qgemmf",
-                              "md_qconv", "md_qconvi", "md_qconvt", "md_bmm", "md_depthwise",
+                              "md_qconv", "md_qconvi", "md_qconvt", "md_bmm", "md_depthwise", *DWROWS_ROUTINES,
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
                               "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
@@ -473,7 +478,8 @@ output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softma
 whose bodies unroll their own loops (md_softmax_rows with its log form as four bodies: 470 ->
 141 ms of LLVM, the same speed); the gathers and scatters, whose loops are written per element
 size (md_scatter_nd_reduce 330 -> 130 ms of LLVM)."""
-VECTORIZED_BY_HAND = frozenset({"md_qpack", "md_depthwise", "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE,
+VECTORIZED_BY_HAND = frozenset({"md_qpack", "md_depthwise", *DWROWS_ROUTINES, "md_maxpool3x3", *INPLACE_VARIANTS,
+                                *WIDE_DEPTHWISE,
                                 "md_transpose", "md_qmaxpool",
                                 "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
                                 "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
@@ -492,7 +498,7 @@ of LLVM; one core, medians of 100 calls: ResNet-50's 56x56 level at 0.16 ms, 28x
 out (54-416 ms of LLVM instead of 97-713, at the same speed)."""
 
 OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qgemmf", "md_qconv", "md_qconvi", "md_qconvt", "md_conv1x1",
-                               "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise",
+                               "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise", *DWROWS_ROUTINES,
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",
                                "md_winograd4_in", "md_winograd4_out"})
