@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
+from metadef.backends.x86.depthwise_rows import depthwise_rows_form
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -37,7 +39,6 @@ from metadef.backends.x86.native import (
     Call,
     Lowering,
     NativeStep,
-    PixelRows,
     Shape,
     known_choice,
     measured_choice,
@@ -56,6 +57,7 @@ from metadef.codegen.native_depthwise import (
     in_place,
     stack_floats,
 )
+from metadef.codegen.native_dwrows import dwrows_routine
 from metadef.codegen.native_gemm import (
     conv1x1_chunks,
     conv1x1_dims,
@@ -108,10 +110,13 @@ PREFER: str | None = None
 without measuring (tests; benchmarks that compare them)."""
 
 DEPTHWISE = True
+"""3x3 depthwise convs run as ``md_depthwise`` (False: padded copy + generated kernel + epilogue)."""
+DEPTHWISE_ROWS = True
+"""Depthwise convs with constant weights offer a pixel-rows form (False: they run on NCHW only,
+for benchmarks that compare the two in one process)."""
 STACK_FLOATS = 1 << 16
 """The largest padded plane (floats) ``md_depthwise`` puts on a thread's stack; larger planes
 take the padded copy and the generated kernel."""
-"""3x3 depthwise convs run as ``md_depthwise`` (False: padded copy + generated kernel + epilogue)."""
 BLAS = "sgemm"
 
 
@@ -401,49 +406,6 @@ class WeightProduct:
         return tuple(a for pair in self._packed.values() for a in pair)
 
 
-def conv1x1_step(product: WeightProduct, x: Arg, residual: Arg | None, out: Arg, sx: Shape) -> NativeStep | None:
-    """The step of a pointwise conv of input shape ``sx`` through our kernels (None where
-    OpenBLAS measures faster)."""
-    n, cin, h, w = sx
-    if product.depth != cin or h * w == 0:
-        return None
-    kind = product.choice(h * w)
-    if kind == BLAS:
-        return None
-
-    def step(pixel_major: frozenset[tuple[str, int]] = frozenset()) -> NativeStep:
-        named = {"x": x, "residual": residual, "out": out}
-        rows = [name for name, arg in named.items() if arg is not None and (arg.kind, arg.index) in pixel_major]
-        calls, work = product.calls(kind, n, h * w, x, residual, out, Arg("scratch", 0), "conv2d 1x1", rows=rows)
-        return NativeStep(tuple(calls), (work,) if work else (), product.keep(), rows=form)
-
-    form = None
-    if kind == OWN_T and x.kind == "in" and out.kind == "out" and not x.offset and not out.offset \
-            and (residual is None or (residual.kind == "in" and not residual.offset)):
-        form = PixelRows((x.index,), None if residual is None else residual.index, out.index, step)
-    return step()
-
-
-def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bias: Arg, residual: Arg | None,
-                       out: Arg, bounds: tuple[float, float], otherwise: Lowering,
-                       bias_value: np.ndarray | None = None) -> Lowering:
-    """A pointwise conv (``pointwise(...)`` holds) as our kernels' calls writing ``out`` (its
-    epilogue: ``residual``, ``bounds``; ``bias_value``: the bias when constant), or
-    ``otherwise`` where that does not pay."""
-    product = WeightProduct(weight, bias_value, bias, residual is not None, bounds)
-
-    def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
-              ) -> NativeStep | str:
-        sx = inputs[0]
-        if sx is not None and len(sx) == 4:
-            step = conv1x1_step(product, x, residual, out, sx)
-            if step is not None:
-                return step
-        return otherwise(inputs, outputs, symbols)
-
-    return needing(lower, *needs(otherwise), *PRODUCT_ROUTINES)
-
-
 def static_planes(node: Node) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The planes (height, width) of a 4-D node's first input and first output where both are
     known before any binding (a batch dimension may still be symbolic), else None.
@@ -516,12 +478,14 @@ def depthwise_window(attrs: Mapping[str, Any], sw: Shape | None, dtype: np.dtype
 
 def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out: Arg, bounds: tuple[float, float],
                        otherwise: Lowering, planes: tuple[tuple[int, int], tuple[int, int]] | None = None,
-                       k: int = 3) -> Lowering:
+                       k: int = 3, weight: np.ndarray | None = None, bias_value: np.ndarray | None = None
+                       ) -> Lowering:
     """A ``k x k`` depthwise conv (:func:`depthwise_window` is ``k`` for its shapes) as one
     ``md_depthwise`` (``md_depthwise{k}``) call writing ``out`` with its bounds (Relu, Clip)
     applied; ``otherwise`` for other shapes. ``planes``: the input's and output's (height,
     width) where known before binding (:func:`static_planes`): planes read in place need only a
-    variant of the routine."""
+    variant of the routine. With the ``weight`` constant (and ``bias_value``, the bias's value
+    where constant) the step also has a pixel-rows form (:mod:`.depthwise_rows`)."""
     zeros: list[np.ndarray] = []
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
     strides = tuple(attrs.get("strides") or (1, 1))
@@ -553,11 +517,16 @@ def depthwise_lowering(attrs: Mapping[str, Any], x: Arg, w: Arg, bias: Arg, out:
         call = Call(native_function(routine), (x, w, b, out),
                     depthwise_dims(n, c, (h, wd), out_hw, strides, (pads[0], pads[1]), **base),
                     f"depthwise {side}x{side}" + (" + bounds" if bounds != (-math.inf, math.inf) else ""), tasks)
-        return NativeStep((call,), (), tuple(zeros))
+        step = NativeStep((call,), (), tuple(zeros))
+        if weight is None or not DEPTHWISE_ROWS:
+            return step
+        form = depthwise_rows_form(step, weight, bias_value, x, bias, out, n, ((h, wd), out_hw),  # type: ignore[arg-type]
+                                   (int(strides[0]), int(strides[1])), (int(pads[0]), int(pads[1])), bounds)
+        return step if form is None else replace(step, rows=form)
 
-    return needing(lower, *needs(otherwise), routine)
+    return needing(lower, *needs(otherwise), routine, "md_transpose", dwrows_routine(k))
 
 
-__all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form", "conv1x1_step",
+__all__ = ["ORDERS", "OWN", "OWN_C", "OWN_T", "PRODUCT_ROUTINES", "WeightProduct", "activation_form",
            "depthwise_lowering", "depthwise_window", "epilogue_form", "in_place_routine", "pointwise",
-           "pointwise_lowering", "routine_fits", "static_planes"]
+           "routine_fits", "static_planes"]

@@ -80,7 +80,7 @@ def agree(steps: Sequence[StepValues], pinned: Collection[Hashable] = ()) -> set
 def transposes(steps: Sequence[StepValues], chosen: Collection[Hashable]) -> int:
     """How many transposes the steps with a pixel-rows form make with the values in ``chosen``
     pixel-major: one for each input they read as pixel rows that is not, and one for each
-    residual in the other layout than their output.
+    residual in the other layout than their output; or what a form's own ``cost`` says.
 
     Example:
         >>> from metadef.backends.x86.native import NativeStep, PixelRows, pixel_stride
@@ -91,6 +91,9 @@ def transposes(steps: Sequence[StepValues], chosen: Collection[Hashable]) -> int
     count = 0
     for rows, ins, outs in steps:
         if rows is None:
+            continue
+        if rows.cost is not None:
+            count += rows.cost(pixel_major_args(rows, ins, outs, chosen))
             continue
         count += sum(1 for k in rows.reads if ins[k] is None or ins[k] not in chosen)
         if rows.residual is not None:

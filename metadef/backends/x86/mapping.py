@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from metadef.backends.x86 import attention, conv1x1, conv_transpose, gemm, movement, native
+from metadef.backends.x86 import attention, conv1x1, conv_transpose, gemm, movement, native, pointwise
 from metadef.backends.x86 import contractions as blas
 from metadef.backends.x86.choice import Choice, StepKernel, Strategy, attrs_of, reference
 from metadef.backends.x86.conv_lowering import conv_lowering, fused_im2col_lowering, weight_product
@@ -308,10 +308,11 @@ def _conv_lowering(node: Node, sources: Sequence[Arg], out: Arg, consts: Sequenc
     side = _depthwise_window(node, consts)
     if side is not None:
         return conv1x1.depthwise_lowering(attrs, sources[0], sources[1], bias, out, epilogue[1:], general,
-                                          conv1x1.static_planes(node), side)
+                                          conv1x1.static_planes(node), side, weight,
+                                          consts[2] if len(consts) > 2 else None)
     if weight is None or not conv1x1.pointwise(attrs, weight, _dtype_of(node)):
         return general
-    return conv1x1.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general,
+    return pointwise.pointwise_lowering(attrs, weight, sources[0], bias, epilogue[0], out, epilogue[1:], general,
                                       consts[2] if len(consts) > 2 else None)
 
 
@@ -463,7 +464,8 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
     side = _depthwise_window(anchor, consts) if value is None else None
     if side is not None:
         return conv1x1.depthwise_lowering(attrs_of(anchor), sources[0], sources[1], bias, out, (lo, hi), otherwise,
-                                          conv1x1.static_planes(anchor), side)
+                                          conv1x1.static_planes(anchor), side, consts[1] if len(consts) > 1 else None,
+                                          consts[2] if len(consts) > 2 else None)
     weight, residual = consts[1] if len(consts) > 1 else None, None
     if value is not None:
         at = next((i for i, v in enumerate(body.inputs) if v is value), None)
@@ -472,7 +474,7 @@ def _fused_epilogue(split: Epilogue, sources: Sequence[Arg], consts: Sequence[np
         residual = Arg("in", split.input_positions[at - 1])
     if weight is None or not conv1x1.pointwise(attrs_of(anchor), weight, _dtype_of(anchor)):
         return fused_im2col_lowering(attrs_of(anchor), weight, consts, sources, residual, out, (lo, hi), otherwise)
-    return conv1x1.pointwise_lowering(attrs_of(anchor), weight, sources[0], bias, residual, out, (lo, hi),
+    return pointwise.pointwise_lowering(attrs_of(anchor), weight, sources[0], bias, residual, out, (lo, hi),
                                       otherwise, consts[2] if len(consts) > 2 else None)
 
 

@@ -163,7 +163,7 @@ class PixelRows:
     consumer agree (:func:`metadef.backends.x86.layouts.agree`): no transpose between two such
     convs, and the producer's stores go row by row.
 
-    ``reads``: the step inputs it transposes into pixel rows (read in place when pixel-major);
+    ``reads``: the step inputs it reads as pixel rows (in place when pixel-major);
     ``residual``: the step input it adds to its output (pixel-major allowed: with an NCHW
     output it is transposed back first); ``writes``: the step output it can store pixel-major
     (only when its residual, if any, is pixel-major too); ``lower(args)``: the step with the
@@ -179,6 +179,11 @@ class PixelRows:
     residual: int | None
     writes: int | None
     lower: Callable[[frozenset[tuple[str, int]]], NativeStep] = field(repr=False, compare=False)
+    cost: Callable[[frozenset[tuple[str, int]]], int] | None = field(default=None, repr=False, compare=False)
+    """What the step costs with ``args`` pixel-major, in transposes (None: a transpose for each
+    read that is not, and one for a residual in the other layout than the output): a step that
+    runs as well in either layout counts one where its input and output differ, a pointwise
+    conv whose product on pixel rows outruns its kernel on NCHW counts NCHW as one."""
 
 
 def pixel_stride(channels: int) -> int:

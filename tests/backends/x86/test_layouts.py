@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import metadef as md
-from metadef.backends.x86 import conv1x1, layouts
+from metadef.backends.x86 import conv1x1, layouts, pointwise
+from metadef.backends.x86.depthwise_rows import form_cost
 from metadef.backends.x86.layouts import agree, transposes
 from metadef.backends.x86.native import PixelRows
+from metadef.backends.x86.pointwise import rows_cost
 from metadef.ir import GraphBuilder
 from metadef.shape import parse_type
 
@@ -194,3 +196,114 @@ def test_a_strided_pointwise_conv_gathers_its_pixel_major_input(threads: int,
     kinds = session.executable.programs.bound({"n": 3}).call_kinds
     assert kinds["conv2d pixel rows gathered"] == 3 * 4  # (an output row of an image a call)
     assert "conv2d im2col" not in kinds and "conv2d transpose" not in kinds
+
+
+def _either(x: int = 0, out: int = 0) -> PixelRows:
+    """A depthwise conv's form: it runs in either layout, a transpose where input and output differ."""
+    return PixelRows((x,), None, out, lambda args: None, form_cost(x, out))  # type: ignore[arg-type,return-value]
+
+
+def _faster(residual: int | None = None) -> PixelRows:
+    """A pointwise conv whose product on pixel rows outruns its NCHW winner."""
+    return PixelRows((0,), residual, 0, lambda args: None,  # type: ignore[arg-type,return-value]
+                     rows_cost(0, 0, residual))
+
+
+def test_a_mobilenet_chain_goes_pixel_major_through_its_depthwise_convs() -> None:
+    """expand -> depthwise -> project (+ the block's input), three blocks, between an NCHW
+    producer and an NCHW reader: every value inside goes pixel-major (at each end an input and
+    a residual in the other layout cost one each); with the depthwise convs NCHW-only
+    nothing does (no value between two forms)."""
+    steps: list[layouts.StepValues] = [(None, ["in"], ["x0"])]
+    for k in range(1, 4):
+        steps += [(_faster(), [f"x{k - 1}"], [f"e{k}"]), (_either(), [f"e{k}"], [f"d{k}"]),
+                  (_faster(residual=1), [f"d{k}", f"x{k - 1}"], [f"x{k}"])]
+    steps.append((None, ["x3"], ["y"]))
+    inside = {f"{v}{k}" for k in range(1, 4) for v in "ed"} | {"x1", "x2"}
+    assert agree(steps) == inside
+    assert transposes(steps, inside) == 4 < transposes(steps, set()) == 6  # (2 at each end: input, residual)
+    nchw_only = [(None if rows is not None and rows.cost is not None and rows.residual is None and
+                  ins[0].startswith("e") else rows, ins, outs) for rows, ins, outs in steps]
+    assert agree(nchw_only) == set()
+
+
+def test_a_depthwise_conv_costs_a_transpose_only_where_its_layouts_differ() -> None:
+    """Read by two pointwise convs, a depthwise conv's output goes pixel-major though its
+    input is NCHW (one transpose for two); read by one, it is a tie and stays NCHW."""
+    two = [(_either(), ["x"], ["d"]), (_conv(0), ["d"], ["a"]), (_conv(0), ["d"], ["b"])]
+    assert agree(two) == {"d"} and transposes(two, {"d"}) == 1 < transposes(two, set()) == 2
+    assert agree(two[:2]) == set()
+
+
+def _mobile_block(g: GraphBuilder, x: object, cin: int, expand: int, residual: bool) -> object:
+    """A MobileNetV2 block at its input's size: pointwise expand + Relu6, depthwise 3x3 +
+    Relu6, pointwise project (+ the block's input)."""
+    lo, hi = g.const(f"lo{len(g.nodes)}", np.array(0.0, np.float32)), g.const(f"hi{len(g.nodes)}",
+                                                                              np.array(6.0, np.float32))
+
+    def conv(v: object, cout: int, cin: int, **attrs: object) -> object:
+        k = 3 if attrs.get("group") else 1
+        w = RNG.standard_normal((cout, cin, k, k), dtype=np.float32) * (0.7 / (cin * k * k) ** 0.5)
+        y, = g.node("Conv", [v, g.const(f"w{len(g.nodes)}", w),
+                             g.const(f"b{len(g.nodes)}", RNG.standard_normal(cout, dtype=np.float32) * 0.1)],
+                    {"kernel_shape": [k, k], **attrs})
+        return y
+
+    e, = g.node("Clip", [conv(x, cin * expand, cin), lo, hi])
+    d, = g.node("Clip", [conv(e, cin * expand, 1, group=cin * expand, pads=[1, 1, 1, 1]), lo, hi])
+    p = conv(d, cin, cin * expand)
+    if residual:
+        p, = g.node("Add", [p, x])
+    return p
+
+
+def _mobile() -> md.Graph:
+    """Three MobileNetV2 blocks at 9x9 (40 channels: a channel tail on AVX-512's 16-lane
+    vectors), a depthwise conv of the graph's input read by two pointwise convs (its output
+    pixel-major, its input transposed), and a pointwise conv whose output two pointwise convs
+    and a depthwise conv read, that one's output a graph output (pixel rows back to planes)."""
+    g = GraphBuilder("mobile")
+    x = g.input("x", parse_type("f32[n,8,9,9]"))
+    w = RNG.standard_normal((8, 1, 3, 3), dtype=np.float32)
+    u, = g.node("Conv", [x, g.const("wd", w)], {"kernel_shape": [3, 3], "group": 8, "pads": [1, 1, 1, 1]})
+    conv = _pointwise(g)
+    v = conv(conv(u, 8, 8), 8, 8, residual=conv(u, 8, 8, relu=False))
+    for k in range(3):
+        v = _mobile_block(g, v, 8, 5, residual=k > 0)
+    s = conv(v, 8, 8)
+    t, = g.node("Conv", [s, g.const("wt", w)], {"kernel_shape": [3, 3], "group": 8, "pads": [1, 1, 1, 1],
+                                                "strides": [2, 2]})
+    g.output(conv(conv(s, 8, 8), 8, 8, residual=conv(s, 8, 8, relu=False)))
+    g.output(t)
+    return g.build()
+
+
+@pytest.mark.jit
+@pytest.mark.parametrize("prefer", [conv1x1.OWN_T, conv1x1.BLAS])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_blocks_on_pixel_rows_match_the_reference(prefer: str, threads: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depthwise convs run on pixel rows between pointwise convs on pixel rows (with
+    ``md_conv1x1t`` the winner on NCHW, and with OpenBLAS the winner whose product on pixel rows
+    measured faster), transposing their input or output where only one side is pixel-major;
+    the outputs are the reference backend's on two batch sizes; with the forms switched off
+    every depthwise conv runs on planes."""
+    monkeypatch.setattr(conv1x1, "PREFER", prefer)
+    monkeypatch.setattr(pointwise, "rows_pay", lambda product, kind, p: True)
+    graph = md.optimize(_mobile(), level="aggressive")
+    ref = md.compile(graph, target="reference")
+    feeds = [{"x": RNG.standard_normal((batch, 8, 9, 9), dtype=np.float32)} for batch in (1, 3)]
+    kinds: dict[bool, dict[str, int]] = {}
+    for enabled in (True, False):
+        monkeypatch.setattr(conv1x1, "DEPTHWISE_ROWS", enabled)
+        monkeypatch.setattr(pointwise, "ENABLED", enabled)
+        session = md.compile(graph, target="x86", threads=threads, cache=False)
+        for f in feeds:
+            got, want = session.run(f), ref.run(f)
+            for name in want:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+        kinds[enabled] = session.executable.programs.bound({"n": 3}).call_kinds
+    on, off = kinds[True], kinds[False]
+    assert on["depthwise 3x3 on pixel rows + bounds"] == 3 and on["depthwise 3x3 on pixel rows"] == 2
+    assert on["depthwise input transpose"] == 1 and on["depthwise output transpose"] == 1
+    assert not any("on pixel rows" in kind for kind in off) and off["depthwise 3x3 + bounds"] == 3
