@@ -9,6 +9,10 @@ it row by row (``md_gemm``). A value can be stored so when its producer can writ
 every step that reads it can read it so. A step whose residual and output are in different
 layouts transposes the residual first (its tile reads both alike), so :func:`agree` starts
 from every value that can, and gives back, value by value, those that save no transpose.
+Depthwise convs (:mod:`.depthwise_rows`) run in either layout, a transpose where their input
+and output differ, and pointwise convs whose product on pixel rows outruns their best way on
+NCHW (:mod:`.pointwise`) count NCHW as a transpose's worth: MobileNet's blocks go pixel-major
+through both.
 
 Example:
     >>> from metadef.backends.x86.native import NativeStep, PixelRows, pixel_stride

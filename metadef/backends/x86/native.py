@@ -157,7 +157,8 @@ class NativeStep:
 @dataclass(frozen=True)
 class PixelRows:
     """A step that computes with the pixels of 4-D float32 values as its tile's rows (a
-    pointwise conv through ``md_conv1x1t``), and so could read or write them *pixel-major*:
+    pointwise conv through ``md_conv1x1t`` or ``md_gemm``; a depthwise conv through
+    ``md_depthwise_rows``), and so could read or write them *pixel-major*:
     ``[n, h*w, ld]``, each pixel's ``c`` channels a row :func:`pixel_stride` floats long,
     instead of NCHW. The program stores a value pixel-major where its producer and every
     consumer agree (:func:`metadef.backends.x86.layouts.agree`): no transpose between two such
