@@ -71,7 +71,7 @@ def rows_pay(product: WeightProduct, kind: str, p: int) -> bool:
     pixel-major, the residual too) beats ``kind``, the winner on NCHW, by
     :data:`PIXEL_ROWS_MARGIN`: measured once per shape and remembered like the other choices."""
     cout, depth, (lo, hi) = product.cout, product.depth, product.bounds
-    key = ("pixel rows pay", depth, cout, p, product.residual, lo, hi, kind)
+    key = ("pixel rows pay", depth, cout, p, product.residual, lo, hi, kind, PIXEL_ROWS_MARGIN)
     names = (PIXEL_ROWS, kind)
     known = known_choice(key, names)
     if known is not None:
