@@ -54,6 +54,7 @@ from metadef.codegen.native_ir import (
     PTR,
     _arg,
     _bounded,
+    _carried,
     _define,
     _elem,
     _float_bits,
@@ -146,35 +147,6 @@ def depthwise_rows_dims(n: int, c: int, hw: tuple[int, int], out_hw: tuple[int, 
               "ldy": c if ldy is None else ldy, "cpad": padded_channels(c), "lo": _bits(lo), "hi": _bits(hi),
               "task": task, "tasks": tasks}
     return tuple(values[d] for d in DWROWS_DIMS)
-
-
-def _carried(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Value],
-             body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """``for i in [start, stop): values = body(i, values)``, ``values`` starting at ``init``."""
-    pre = b.block
-    head, after = b.append_basic_block("loop"), b.append_basic_block("after")
-    b.cbranch(b.icmp_signed("<", start, stop), head, after)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(start, pre)
-    phis = [b.phi(v.type) for v in init]
-    for phi, v in zip(phis, init):
-        phi.add_incoming(v, pre)
-    new = body(i, phis)
-    nxt = b.add(i, I64(1))
-    i.add_incoming(nxt, b.block)
-    for phi, v in zip(phis, new):
-        phi.add_incoming(v, b.block)
-    body_end = b.block
-    b.cbranch(b.icmp_signed("<", nxt, stop), head, after)
-    b.position_at_end(after)
-    out = []
-    for v, updated in zip(init, new):
-        phi = b.phi(v.type)
-        phi.add_incoming(v, pre)
-        phi.add_incoming(updated, body_end)
-        out.append(phi)
-    return out
 
 
 def _unrolled(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Value],

@@ -44,6 +44,35 @@ def _loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.V
     b.position_at_end(after)
 
 
+def _carried(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Value],
+             body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """``for i in [start, stop): values = body(i, values)``, ``values`` starting at ``init``."""
+    pre = b.block
+    head, after = b.append_basic_block("loop"), b.append_basic_block("after")
+    b.cbranch(b.icmp_signed("<", start, stop), head, after)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start, pre)
+    phis = [b.phi(v.type) for v in init]
+    for phi, v in zip(phis, init):
+        phi.add_incoming(v, pre)
+    new = body(i, phis)
+    nxt = b.add(i, I64(1))
+    i.add_incoming(nxt, b.block)
+    for phi, v in zip(phis, new):
+        phi.add_incoming(v, b.block)
+    body_end = b.block
+    b.cbranch(b.icmp_signed("<", nxt, stop), head, after)
+    b.position_at_end(after)
+    out = []
+    for v, updated in zip(init, new):
+        phi = b.phi(v.type)
+        phi.add_incoming(v, pre)
+        phi.add_incoming(updated, body_end)
+        out.append(phi)
+    return out
+
+
 def _if(b: ir.IRBuilder, cond: ir.Value, then: Callable[[], None]) -> None:
     yes = b.append_basic_block("then")
     after = b.append_basic_block("endif")

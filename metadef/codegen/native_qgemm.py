@@ -52,7 +52,20 @@ from llvmlite import ir
 
 from metadef.codegen.host import host_target
 from metadef.codegen.native_gemm import _bits
-from metadef.codegen.native_ir import F32, I32, I64, PTR, _arg, _define, _elem, _float_bits, _loop, _share, _splat
+from metadef.codegen.native_ir import (
+    F32,
+    I32,
+    I64,
+    PTR,
+    _arg,
+    _carried,
+    _define,
+    _elem,
+    _float_bits,
+    _loop,
+    _share,
+    _splat,
+)
 from metadef.codegen.native_tile import _row_tiles
 
 QGEMM_DIMS = ("m", "n", "k", "lda", "ldy", "zy", "lo", "hi", "flip", "task", "tasks")
@@ -241,30 +254,7 @@ def _depth_loop(b: ir.IRBuilder, steps: ir.Value, start: list[ir.Value],
     """Accumulators (of ``start``'s types: int32 x 16 for the tiles, the correction in them so
     that the stores add nothing) over depth steps ``[0, steps)``: ``step(s, accs)`` gives their
     next values."""
-    pre = b.block
-    head, after = b.append_basic_block("steps"), b.append_basic_block("steps_done")
-    b.cbranch(b.icmp_signed(">", steps, I64(0)), head, after)
-    b.position_at_end(head)
-    s = b.phi(I64)
-    s.add_incoming(I64(0), pre)
-    accs = [b.phi(first.type) for first in start]
-    for acc, first in zip(accs, start):
-        acc.add_incoming(first, pre)
-    new = step(s, list(accs))
-    nxt = b.add(s, I64(1))
-    s.add_incoming(nxt, b.block)
-    for acc, value in zip(accs, new):
-        acc.add_incoming(value, b.block)
-    latch = b.block
-    b.cbranch(b.icmp_signed("<", nxt, steps), head, after)
-    b.position_at_end(after)
-    out = []
-    for value, first in zip(new, start):
-        merged = b.phi(first.type)
-        merged.add_incoming(first, pre)
-        merged.add_incoming(value, latch)
-        out.append(merged)
-    return out
+    return _carried(b, I64(0), steps, start, step)
 
 
 class _Requantizer:
