@@ -67,16 +67,22 @@ def test_nothing_changes_where_no_transpose_is_saved() -> None:
 @st.composite
 def _graphs(draw: st.DrawFn) -> list[layouts.StepValues]:
     """Random steps over a few values: each written once, read by any later step, with or
-    without a pixel-rows form."""
+    without a pixel-rows form (a transposing conv's, a depthwise conv's, a pointwise conv's
+    whose product on pixel rows is faster)."""
     steps: list[layouts.StepValues] = []
     for s in range(draw(st.integers(1, 8))):
         earlier = [f"v{i}" for i in range(s)] or ["input"]
         ins = draw(st.lists(st.sampled_from(earlier), min_size=1, max_size=2))
         form = None
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["none", "conv", "either", "faster"]))
+        residual = len(ins) - 1 if len(ins) == 2 else None
+        if kind == "conv":
             reads = (0,) if draw(st.booleans()) else ()
-            residual = len(ins) - 1 if len(ins) == 2 else None
             form = _conv(*reads, residual=residual, writes=0 if draw(st.booleans()) else None)
+        elif kind == "either":  # (a depthwise conv: one input)
+            form = _either()
+        elif kind == "faster":
+            form = _faster(residual)
         steps.append((form, ins, [f"v{s}"]))
     return steps
 
