@@ -31,7 +31,12 @@ Planes = tuple[tuple[int, int], tuple[int, int]]
 
 
 def form_cost(x: int, out: int) -> Callable[[frozenset[tuple[str, int]]], int]:
-    """The form's cost in transposes: one where input ``x`` and output ``out`` differ."""
+    """The form's cost in transposes: one where input ``x`` and output ``out`` differ.
+
+    Example:
+        >>> form_cost(0, 0)(frozenset({("out", 0)}))
+        1
+    """
     return lambda args: int((("in", x) in args) != (("out", out) in args))
 
 
@@ -41,7 +46,16 @@ def depthwise_rows_form(base: NativeStep, weight: np.ndarray, bias: np.ndarray |
     """The pixel-rows form of a depthwise conv whose NCHW step is ``base`` (input ``x``, output
     ``out``, both whole step arguments; ``weight [c, 1, k, k]`` constant; ``bias``: its value
     where constant), or None where it has none: a bias read through its argument that is not a
-    whole number of vectors long (the routine reads whole vectors of it)."""
+    whole number of vectors long (the routine reads whole vectors of it).
+
+    Example:
+        >>> from metadef.backends.x86.native import NULL
+        >>> base = NativeStep(())
+        >>> form = depthwise_rows_form(base, np.ones((16, 1, 3, 3), np.float32), None, Arg("in", 0), NULL,
+        ...                            Arg("out", 0), 1, ((7, 7), (7, 7)), (1, 1), (1, 1), (0.0, 6.0))
+        >>> form.lower(frozenset()) is base, [c.what for c in form.lower(frozenset({("in", 0)})).calls]
+        (True, ['depthwise 3x3 on pixel rows + bounds', 'depthwise output transpose'])
+    """
     if x.kind != "in" or out.kind != "out" or x.offset or out.offset:
         return None
     c, k = weight.shape[0], weight.shape[-1]

@@ -58,7 +58,12 @@ def rows_cost(x: int, out: int, residual: int | None) -> Callable[[frozenset[tup
     """The cost, in transposes, of a pointwise conv whose product on pixel rows outruns its
     winner on NCHW: nothing with its input and output pixel-major, one transpose's worth
     otherwise (a slower kernel, or a transpose), and one more for a residual in the other
-    layout than the output."""
+    layout than the output.
+
+    Example:
+        >>> rows_cost(0, 0, 1)(frozenset({("in", 0), ("out", 0)}))  # (the residual, input 1, NCHW)
+        1
+    """
     def cost(args: frozenset[tuple[str, int]]) -> int:
         rows = ("in", x) in args and ("out", out) in args
         mismatch = residual is not None and (("in", residual) in args) != (("out", out) in args)
@@ -69,7 +74,14 @@ def rows_cost(x: int, out: int, residual: int | None) -> Callable[[frozenset[tup
 def rows_pay(product: WeightProduct, kind: str, p: int) -> bool:
     """Whether ``md_gemm`` on pixel rows (an image of ``p`` pixels, input and output
     pixel-major, the residual too) beats ``kind``, the winner on NCHW, by
-    :data:`PIXEL_ROWS_MARGIN`: measured once per shape and remembered like the other choices."""
+    :data:`PIXEL_ROWS_MARGIN`: measured once per shape and remembered like the other choices.
+
+    Example:
+        >>> from metadef.backends.x86.native import NULL
+        >>> w = np.ones((32, 16, 1, 1), np.float32)
+        >>> rows_pay(WeightProduct(w, None, NULL, False, (0.0, 6.0)), BLAS, 49) in (True, False)
+        True
+    """
     cout, depth, (lo, hi) = product.cout, product.depth, product.bounds
     key = ("pixel rows pay", depth, cout, p, product.residual, lo, hi, kind, PIXEL_ROWS_MARGIN)
     names = (PIXEL_ROWS, kind)
@@ -94,7 +106,15 @@ def conv1x1_step(product: WeightProduct, x: Arg, residual: Arg | None, out: Arg,
                  fallback: Callable[[], NativeStep | str] | None = None) -> NativeStep | None:
     """The step of a pointwise conv of input shape ``sx`` through our kernels, with its
     pixel-rows form where it has one (see the module doc); where OpenBLAS measures faster,
-    ``fallback()``'s step with that form, else None."""
+    ``fallback()``'s step with that form, else None.
+
+    Example:
+        >>> from metadef.backends.x86.native import NULL
+        >>> product = WeightProduct(np.ones((32, 16, 1, 1), np.float32), None, NULL, False, (0.0, 6.0))
+        >>> step = conv1x1_step(product, Arg("in", 0), None, Arg("out", 0), (1, 16, 7, 7), lambda: NativeStep(()))
+        >>> step is None or step.rows is None or step.rows.writes == 0
+        True
+    """
     n, cin, h, w = sx
     if product.depth != cin or h * w == 0:
         return None
@@ -132,7 +152,15 @@ def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bia
                        bias_value: np.ndarray | None = None) -> Lowering:
     """A pointwise conv (``pointwise(...)`` holds) as our kernels' calls writing ``out`` (its
     epilogue: ``residual``, ``bounds``; ``bias_value``: the bias when constant), or
-    ``otherwise`` where that does not pay."""
+    ``otherwise`` where that does not pay.
+
+    Example:
+        >>> from metadef.backends.x86.native import NULL
+        >>> lower = pointwise_lowering({}, np.ones((8, 4, 1, 1), np.float32), Arg("in", 0), NULL, None,
+        ...                            Arg("out", 0), (0.0, 6.0), lambda *shapes: "otherwise")
+        >>> isinstance(lower([(1, 4, 10, 10)], [(1, 8, 10, 10)], {}), (NativeStep, str))
+        True
+    """
     product = WeightProduct(weight, bias_value, bias, residual is not None, bounds)
 
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
