@@ -60,6 +60,7 @@ from metadef.codegen.native_ir import (
     _elem,
     _float_bits,
     _loop,
+    _merged,
     _share,
     _smax,
     _smin,
@@ -173,13 +174,7 @@ def _unrolled(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Va
         end = b.block
         b.branch(done)
         b.position_at_end(done)
-        merged = []
-        for before, after in zip(values, new):
-            phi = b.phi(before.type)
-            phi.add_incoming(before, pre)
-            phi.add_incoming(after, end)
-            merged.append(phi)
-        values = merged
+        values = _merged(b, values, pre, new, end)
     return values
 
 
@@ -277,13 +272,7 @@ def _depthwise_rows(module: ir.Module, window: int | None = None) -> None:
                     with strided:
                         spread = _unrolled(b, I64(0), k, acc, tap, window)
                         spread_end = b.block
-                merged = []
-                for one, other in zip(moved, spread):
-                    phi = b.phi(vector)
-                    phi.add_incoming(one, moved_end)
-                    phi.add_incoming(other, spread_end)
-                    merged.append(phi)
-                return merged
+                return _merged(b, moved, moved_end, spread, spread_end)
 
             acc = _unrolled(b, r_lo, r_hi, [beta] * count, tap_row, window)
             for p in range(count):

@@ -44,6 +44,19 @@ def _loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.V
     b.position_at_end(after)
 
 
+def _merged(b: ir.IRBuilder, first: list[ir.Value], first_block: ir.Block, second: list[ir.Value],
+            second_block: ir.Block) -> list[ir.Value]:
+    """Where two paths join: a phi for each pair, ``first`` from ``first_block``, ``second``
+    from ``second_block``."""
+    out = []
+    for one, other in zip(first, second):
+        phi = b.phi(one.type)
+        phi.add_incoming(one, first_block)
+        phi.add_incoming(other, second_block)
+        out.append(phi)
+    return out
+
+
 def _carried(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Value],
              body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
     """``for i in [start, stop): values = body(i, values)``, ``values`` starting at ``init``."""
@@ -64,13 +77,7 @@ def _carried(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, init: list[ir.Val
     body_end = b.block
     b.cbranch(b.icmp_signed("<", nxt, stop), head, after)
     b.position_at_end(after)
-    out = []
-    for v, updated in zip(init, new):
-        phi = b.phi(v.type)
-        phi.add_incoming(v, pre)
-        phi.add_incoming(updated, body_end)
-        out.append(phi)
-    return out
+    return _merged(b, init, pre, new, body_end)
 
 
 def _if(b: ir.IRBuilder, cond: ir.Value, then: Callable[[], None]) -> None:

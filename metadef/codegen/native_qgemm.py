@@ -63,6 +63,7 @@ from metadef.codegen.native_ir import (
     _elem,
     _float_bits,
     _loop,
+    _merged,
     _share,
     _splat,
 )
@@ -376,12 +377,7 @@ def _qtile(module: ir.Module, mr: int, transposed: bool = False, floats: bool = 
             v = _splat(b, word, 16)
             tailed += [b.call(dot, [accs[2 * r + h], v, halves[h]]) for h in range(2)]
         inside = b.block
-    final = []
-    for acc, value in zip(accs, tailed):
-        phi = b.phi(V16I)
-        phi.add_incoming(acc, before)
-        phi.add_incoming(value, inside)
-        final.append(phi)
+    final = _merged(b, accs, before, tailed, inside)
     if floats:
         return _stored_floats(module, b, fn, final, mr, _row_sums(module, b, rows, mr, *fn.args[15:17], flip))
     return _stored(module, b, fn, final, mr, transposed)
