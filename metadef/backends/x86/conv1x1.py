@@ -47,6 +47,7 @@ from metadef.backends.x86.native import (
     pixel_stride,
     sgemm_dims,
     timed_call,
+    transpose_call,
 )
 from metadef.codegen import native_inplace
 from metadef.codegen.native import native_function
@@ -344,13 +345,6 @@ class WeightProduct:
         ldx, ldy = pixel_stride(depth), pixel_stride(cout)  # (the transposed copy's too: no aliasing rows)
         weights, units = Arg("addr", packed.ctypes.data), n * -(-cout // gemm_panel())
 
-        def flips(rows: int, cols: int, **strides: int) -> Callable[[int], list[tuple[int, ...]] | None]:
-            def split(count: int) -> list[tuple[int, ...]] | None:
-                if count < 2 or n * rows * cols < PARALLEL_ELEMENTS or n * -(-cols // 8) < count:
-                    return None
-                return [transpose_dims(n, rows, cols, t, count, **strides) for t in range(count)]
-            return split
-
         def shares(dims: Callable[[int, int], tuple[int, ...]]) -> Callable[[int], list[tuple[int, ...]] | None]:
             """A product's split into ``count`` tasks over its (image, panel) units, where it pays."""
             def split(count: int) -> list[tuple[int, ...]] | None:
@@ -371,14 +365,11 @@ class WeightProduct:
                                   joins=row > 0))  # (disjoint rows: one group of the pool, no barriers between)
             xt, used = work, n * ldx * p * 4
         elif "x" not in rows:  # (each image's channels-major input as pixel rows, in the workspace)
-            calls.append(Call(native_function("md_transpose"), (x, work), transpose_dims(n, depth, p, ld=ldx),
-                              what + " transpose", flips(depth, p, ld=ldx)))
+            calls.append(transpose_call(x, work, n, depth, p, what + " transpose", ld=ldx))
             xt, used = work, n * ldx * p * 4
         if "out" in rows:
             if residual is not None and "residual" not in rows:  # (as pixel rows: the tile reads both alike)
-                calls.append(Call(native_function("md_transpose"), (residual, work.at(used)),
-                                  transpose_dims(n, cout, p, ld=ldy), what + " residual transpose",
-                                  flips(cout, p, ld=ldy)))
+                calls.append(transpose_call(residual, work.at(used), n, cout, p, what + " residual transpose", ld=ldy))
                 residual, used = work.at(used), used + n * ldy * p * 4
 
             stored = dict(lda=ldx, residual=residual is not None, ldy=ldy, batch=n, xs=p * ldx, ys=p * ldy)
@@ -389,9 +380,7 @@ class WeightProduct:
                                                                 **stored))))
             return calls, used
         if residual is not None and "residual" in rows:  # (back to channels-major for the transposed stores)
-            calls.append(Call(native_function("md_transpose"), (residual, work.at(used)),
-                              transpose_dims(n, p, cout, xs=ldy), what + " residual transpose",
-                              flips(p, cout, xs=ldy)))
+            calls.append(transpose_call(residual, work.at(used), n, p, cout, what + " residual transpose", xs=ldy))
             res, used = work.at(used), used + n * cout * p * 4
 
         calls.append(Call(native_function("md_conv1x1t"), (xt, weights, bias, res, out),

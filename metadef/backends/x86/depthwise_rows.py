@@ -21,10 +21,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, NativeStep, PixelRows, pixel_stride
+from metadef.backends.x86.native import (
+    PARALLEL_ELEMENTS,
+    Arg,
+    Call,
+    NativeStep,
+    PixelRows,
+    pixel_stride,
+    transpose_call,
+)
 from metadef.codegen.native import native_function
 from metadef.codegen.native_dwrows import depthwise_rows_dims, dwrows_routine, pack_depthwise_rows, padded_channels
-from metadef.codegen.native_gemm import transpose_dims
 from metadef.codegen.native_tile import tile_lanes
 
 Planes = tuple[tuple[int, int], tuple[int, int]]
@@ -81,12 +88,11 @@ def depthwise_rows_form(base: NativeStep, weight: np.ndarray, bias: np.ndarray |
         calls, used, source, target = [], 0, x, out
         work = Arg("scratch", 0)
         if not reads:  # (the planes as pixel rows first, in the workspace)
-            calls.append(Call(native_function("md_transpose"), (x, work),
-                              transpose_dims(n, c, hw[0] * hw[1], ld=ldx), "depthwise input transpose",
-                              _flips(n, c, hw[0] * hw[1], dict(ld=ldx))))
+            calls.append(transpose_call(x, work, n, c, hw[0] * hw[1], "depthwise input transpose", ld=ldx))
             source, used = work, 4 * n * hw[0] * hw[1] * ldx
         if not writes:
             target = work.at(used)
+
         def dims(t: int, count: int) -> tuple[int, ...]:
             return depthwise_rows_dims(n, c, hw, out_hw, k, strides, begin, lo=lo, hi=hi, ldx=ldx, ldy=ldy, task=t,
                                        tasks=count)
@@ -103,20 +109,11 @@ def depthwise_rows_form(base: NativeStep, weight: np.ndarray, bias: np.ndarray |
                           f"depthwise {k}x{k} on pixel rows{bounded}", tasks))
         if not writes:  # (back to planes)
             p = out_hw[0] * out_hw[1]
-            calls.append(Call(native_function("md_transpose"), (target, out), transpose_dims(n, p, c, xs=ldy),
-                              "depthwise output transpose", _flips(n, p, c, dict(xs=ldy))))
+            calls.append(transpose_call(target, out, n, p, c, "depthwise output transpose", xs=ldy))
             used += 4 * n * p * ldy
         return NativeStep(tuple(calls), (used,) if used else (), (*base.keep, *packed))
 
     return PixelRows((x.index,), None, out.index, lower, form_cost(x.index, out.index))
-
-
-def _flips(n: int, rows: int, cols: int, strides: dict[str, int]) -> Callable[[int], list[tuple[int, ...]] | None]:
-    def split(count: int) -> list[tuple[int, ...]] | None:
-        if count < 2 or n * rows * cols < PARALLEL_ELEMENTS or n * -(-cols // 8) < count:
-            return None
-        return [transpose_dims(n, rows, cols, t, count, **strides) for t in range(count)]
-    return split
 
 
 __all__ = ["depthwise_rows_form", "form_cost"]

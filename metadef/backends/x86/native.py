@@ -45,7 +45,7 @@ from metadef.codegen.native import (
     native_function,
 )
 from metadef.codegen.native_bmm import BMM_STACK_FLOATS, bmm_dims, bmm_packed_floats
-from metadef.codegen.native_gemm import gemm_lda
+from metadef.codegen.native_gemm import gemm_lda, transpose_dims
 
 log = logging.getLogger("metadef.backends.x86")
 
@@ -306,6 +306,26 @@ def _f32(shapes_ok: bool, dtypes: Sequence[np.dtype | None]) -> str | None:
     if any(d is not None and d != np.float32 for d in dtypes):
         return "native BLAS calls take float32 only"
     return None if shapes_ok else "shapes unknown"
+
+
+def transpose_call(source: Arg, target: Arg, n: int, rows: int, cols: int, what: str, *, ld: int | None = None,
+                   xs: int | None = None) -> Call:
+    """One ``md_transpose`` call (``n`` items of ``[rows, cols]`` into ``[cols, rows]``, rows
+    ``xs`` and ``ld`` floats apart as :func:`.native_gemm.transpose_dims` says) that splits
+    across the worker pool by 8-column blocks where it pays.
+
+    Example:
+        >>> call = transpose_call(Arg("in", 0), Arg("out", 0), 1, 512, 196, "t")
+        >>> call.dims[:3], [dims[3:5] for dims in call.tasks(2)]
+        ((1, 512, 196), [(0, 2), (1, 2)])
+    """
+    def tasks(count: int) -> list[tuple[int, ...]] | None:
+        if count < 2 or n * rows * cols < PARALLEL_ELEMENTS or n * -(-cols // 8) < count:
+            return None
+        return [transpose_dims(n, rows, cols, t, count, ld, xs) for t in range(count)]
+
+    return Call(native_function("md_transpose"), (source, target), transpose_dims(n, rows, cols, ld=ld, xs=xs),
+                what, tasks)
 
 
 def bmm_call(args: tuple[Arg, ...], batch: int, m: int, n: int, k: int, what: str, **options: Any) -> Call:
@@ -571,4 +591,4 @@ def kernel_lowering(kernel: Any, inputs: Sequence[int], outputs: Sequence[int]) 
 __all__ = ["ALIAS", "OWN_PRODUCTS", "Arg", "Call", "Lowering", "NULL", "NativeStep", "PixelRows", "batched_products",
            "binding_threads", "bmm_call", "gemm_lowering",
            "kernel_lowering", "kernel_tasks", "known_choice", "matmul_lowering", "measured_choice", "needing", "needs",
-           "pixel_stride", "sequence", "sgemm_call", "sgemm_dims", "timed_call", "transposed_once"]
+           "pixel_stride", "sequence", "sgemm_call", "sgemm_dims", "timed_call", "transpose_call", "transposed_once"]

@@ -22,9 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from metadef.backends.x86.native import PARALLEL_ELEMENTS, Arg, Call, Lowering, NativeStep, Shape, needing, needs
-from metadef.codegen.native import native_function
-from metadef.codegen.native_gemm import transpose_dims
+from metadef.backends.x86.native import Arg, Lowering, NativeStep, Shape, needing, needs, transpose_call
 from metadef.ir import Node
 
 
@@ -72,13 +70,7 @@ def transpose_lowering(node: Node, otherwise: Lowering) -> Lowering:
             return otherwise(inputs, outputs, symbols)
         n, rows, cols = merged
 
-        def tasks(count: int) -> list[tuple[int, ...]] | None:
-            if count < 2 or n * rows * cols < PARALLEL_ELEMENTS or n * -(-cols // 8) < count:
-                return None
-            return [transpose_dims(n, rows, cols, t, count) for t in range(count)]
-
-        return NativeStep((Call(native_function("md_transpose"), (Arg("in", 0), Arg("out", 0)),
-                                transpose_dims(n, rows, cols), "transpose", tasks),))
+        return NativeStep((transpose_call(Arg("in", 0), Arg("out", 0), n, rows, cols, "transpose"),))
 
     return needing(lower, *needs(otherwise), "md_transpose")
 
