@@ -203,7 +203,6 @@ def _depthwise_rows(module: ir.Module, window: int | None = None) -> None:
     first, last = _share(b, b.mul(b.mul(d["n"], oh), runs), d)
     lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
     size = pixels_per_block()
-    ldx_all = ldx
     opaque = ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0")
     # the output pixels whose taps all fall inside a row: [inner_lo, inner_hi)
     inner_lo = _smin(b, ow, b.sdiv(b.add(pl, b.sub(sw, I64(1))), sw))
@@ -231,8 +230,8 @@ def _depthwise_rows(module: ir.Module, window: int | None = None) -> None:
             # the pixel stride hidden from LLVM's loop analysis for this block: else each of the
             # block's (pixel, tap) addresses becomes an induction variable of the loop over
             # blocks, 40-odd of them spilled and stepped in memory every block (2x the time)
-            ldx = b.call(opaque, [ldx_all])
-            offsets = [b.mul(I64(p), b.mul(sw, ldx)) for p in range(count)]
+            pitch = b.call(opaque, [ldx])
+            offsets = [b.mul(I64(p), b.mul(sw, pitch)) for p in range(count)]
 
             def load(at: ir.Value) -> ir.Value:
                 if masked:
@@ -240,12 +239,12 @@ def _depthwise_rows(module: ir.Module, window: int | None = None) -> None:
                 return b.load(at, typ=vector, align=4)
 
             def tap_row(r: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                line = _elem(b, xi, b.mul(b.add(b.mul(b.add(iy0, r), wd), ix0), ldx))
+                line = _elem(b, xi, b.mul(b.add(b.mul(b.add(iy0, r), wd), ix0), pitch))
                 taps = _elem(b, w, b.add(b.mul(b.mul(r, k), cpad), c0))
 
                 def tap(s: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                     wv = b.load(_elem(b, taps, b.mul(s, cpad)), typ=vector, align=4)
-                    at = _elem(b, line, b.mul(s, ldx))
+                    at = _elem(b, line, b.mul(s, pitch))
                     return [b.call(fma, [load(_elem(b, at, offsets[p])), wv, acc[p]]) for p in range(count)]
 
                 if clamped or count == 1:
@@ -261,7 +260,7 @@ def _depthwise_rows(module: ir.Module, window: int | None = None) -> None:
                             sums, window = state[:count], state[count:]
                             wv = b.load(_elem(b, taps, b.mul(s, cpad)), typ=vector, align=4)
                             sums = [b.call(fma, [window[p], wv, sums[p]]) for p in range(count)]
-                            new = load(_elem(b, line, b.mul(b.add(s, I64(count)), ldx)))
+                            new = load(_elem(b, line, b.mul(b.add(s, I64(count)), pitch)))
                             return [*sums, *window[1:], new]
 
                         state = _unrolled(b, I64(0), b.sub(k, I64(1)) if window is None else I64(window - 1),

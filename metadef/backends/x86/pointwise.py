@@ -166,11 +166,18 @@ def pointwise_lowering(attrs: Mapping[str, Any], weight: np.ndarray, x: Arg, bia
     def lower(inputs: Sequence[Shape | None], outputs: Sequence[Shape], symbols: Mapping[str, int]
               ) -> NativeStep | str:
         sx = inputs[0]
+        lowered: list[NativeStep | str] = []
+
+        def fallback() -> NativeStep | str:  # (lowered once: conv1x1_step may have asked for it already)
+            if not lowered:
+                lowered.append(otherwise(inputs, outputs, symbols))
+            return lowered[0]
+
         if sx is not None and len(sx) == 4:
-            step = conv1x1_step(product, x, residual, out, sx, lambda: otherwise(inputs, outputs, symbols))
+            step = conv1x1_step(product, x, residual, out, sx, fallback)
             if step is not None:
                 return step
-        return otherwise(inputs, outputs, symbols)
+        return fallback()
 
     return needing(lower, *needs(otherwise), *PRODUCT_ROUTINES)
 
