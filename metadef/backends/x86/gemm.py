@@ -65,12 +65,12 @@ BLAS = "sgemm"
 PREFER: str | None = None
 """Set to ``OWN`` or ``BLAS`` to take that path for every product without measuring (tests)."""
 
-MIN_WORK = 1 << 12
-"""Products with fewer multiply-adds than this take OpenBLAS without measuring (nothing to win)."""
-
 MAX_ROWS = 4096
 """Products with more rows than this take OpenBLAS without measuring (the measuring arrays and
-the product grow with the rows). Up to here the two race on the binding's shapes. Ours keeps
+the product grow with the rows). Up to here the two race on the binding's shapes, however
+small: the MLP's last layer (1 x 256 -> 10) loses to OpenBLAS by a hair, but as one call of
+``sgemv`` with its bias (0.74 us) rather than the group's ``sgemm`` and bias pass (1.3 us), which
+it took unmeasured while products under 4,096 multiply-adds were not raced. Ours keeps
 a second, packed copy of the weights (BERT-base: 340 MB more, packed on the first run of a
 binding) and skips OpenBLAS's packing of them on every call: ~1.7x OpenBLAS at 8 rows, and
 0.92-0.96x its time at BERT's 128 x 768 x {768, 3072} (2026-12-01; the two were level on the
@@ -159,7 +159,7 @@ def gemm_lowering(weight: np.ndarray, bias: np.ndarray, x: Arg, out: Arg, bounds
         if sx is None or len(sx) < 2 or sx[-1] != k or math.prod(sx) == 0:
             return otherwise(inputs, outputs, symbols)
         m = math.prod(sx[:-1])
-        if PREFER is None and (m > MAX_ROWS or m * n * k < MIN_WORK):
+        if PREFER is None and m > MAX_ROWS:
             return otherwise(inputs, outputs, symbols)
         choice = PREFER or known_choice(_choice_key(m, n, k, bounds, has_res), (OWN, BLAS))
         if (choice or _measured(m, n, k, bounds, has_res)) != OWN:  # (decided before: nothing to pack)

@@ -246,3 +246,24 @@ def test_a_product_that_sgemm_won_before_packs_no_weights(monkeypatch: pytest.Mo
         assert packs == packed, (rows, packs)
         kinds = exe.executable.programs.bound({"n": rows}).call_kinds
         assert ("gemm own kernel + epilogue" in kinds) == (rows == 8), kinds
+
+
+def test_a_tiny_product_races_and_takes_its_bias_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However small, a product races OpenBLAS (an MLP's last layer, 1 x 16 -> 5 here): either
+    winner is one call with its bias (``sgemv`` with the bias, or our kernel), not an
+    ``sgemm`` and a pass for the bias after it."""
+    from metadef.backends.x86 import gemm, native
+    monkeypatch.setattr(native, "_CONV_CHOICES", {})
+    g = GraphBuilder("tiny")
+    y, = g.node("Gemm", [g.input("x", parse_type("f32[n,16]")),
+                         g.const("w", RNG.standard_normal((5, 16), dtype=np.float32)),
+                         g.const("b", RNG.standard_normal(5, dtype=np.float32))], {"transB": 1})
+    g.output(y)
+    graph = md.optimize(g.build(), level="aggressive")
+    exe, ref = md.compile(graph, target="x86"), md.compile(graph, target="reference")
+    feeds = {"x": RNG.standard_normal((1, 16), dtype=np.float32)}
+    np.testing.assert_allclose(exe.run(feeds)[graph.outputs[0].name], ref.run(feeds)[graph.outputs[0].name],
+                               rtol=1e-5, atol=1e-5)
+    assert gemm._choice_key(1, 5, 16, (-math.inf, math.inf)) in native._CONV_CHOICES
+    kinds = exe.executable.programs.bound({"n": 1}).call_kinds
+    assert sum(kinds.values()) == 1 and set(kinds) <= {"gemm own kernel", "sgemm + bias"}, kinds
