@@ -264,7 +264,7 @@ class X86Executable:
         The graph runs as native programs prepared for this binding of the symbols (see
         :mod:`metadef.backends.x86.program`); when its shapes depend on values it runs step by
         step from Python instead."""
-        inputs = [np.asarray(feeds[v.name], order="C") for v in self.graph.inputs]  # 0-d stays 0-d
+        inputs = [np.asarray(feeds[name], order="C") for name in self._input_names]  # 0-d stays 0-d
         if self.samples is not None and symbols.get(self.samples, 0) >= 2:  # a batch: maybe in pieces
             way, answered = self._pieces_of(inputs, symbols, outputs)
             if answered is not None:  # (the first run's measurement wrote the outputs)
@@ -273,6 +273,10 @@ class X86Executable:
                 outs = _checked(outputs, output_specs(self, symbols), inputs) if outputs is not None else None
                 return run_pieces(self, inputs, symbols, way, outs)
         return self.run_whole(inputs, symbols, outputs)
+
+    @functools.cached_property
+    def _input_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.graph.inputs)
 
     @functools.cached_property
     def samples(self) -> str | None:
@@ -333,8 +337,8 @@ class X86Executable:
             for array, (shape, dtype) in zip(inputs, program.input_specs):
                 if array.shape != shape or array.dtype != dtype:
                     self._check_inputs(program, inputs)
-            outs = _checked(outputs, program.output_specs, inputs) if outputs is not None else \
-                [np.empty(shape, dtype) for shape, dtype in program.output_specs]
+            outs = [np.empty(shape, dtype) for shape, dtype in program.output_specs] if outputs is None else \
+                _checked(outputs, program.output_specs, inputs)
             program.run(inputs, outs)
         finally:
             self.programs.give_back(program)
