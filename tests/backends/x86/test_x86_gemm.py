@@ -248,12 +248,16 @@ def test_a_product_that_sgemm_won_before_packs_no_weights(monkeypatch: pytest.Mo
         assert ("gemm own kernel + epilogue" in kinds) == (rows == 8), kinds
 
 
-def test_a_tiny_product_races_and_takes_its_bias_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("winner", ["own micro-kernel, epilogue fused", "sgemm", None])
+def test_a_tiny_product_races_and_takes_its_bias_in_one_call(winner: str | None, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
     """However small, a product races OpenBLAS (an MLP's last layer, 1 x 16 -> 5 here): either
     winner is one call with its bias (``sgemv`` with the bias, or our kernel), not an
-    ``sgemm`` and a pass for the bias after it."""
+    ``sgemm`` and a pass for the bias after it. (None: the race decides.)"""
     from metadef.backends.x86 import gemm, native
     monkeypatch.setattr(native, "_CONV_CHOICES", {})
+    if winner is not None:
+        native._CONV_CHOICES[gemm._choice_key(1, 5, 16, (-math.inf, math.inf))] = (winner, "set by the test")
     g = GraphBuilder("tiny")
     y, = g.node("Gemm", [g.input("x", parse_type("f32[n,16]")),
                          g.const("w", RNG.standard_normal((5, 16), dtype=np.float32)),
@@ -266,4 +270,4 @@ def test_a_tiny_product_races_and_takes_its_bias_in_one_call(monkeypatch: pytest
                                rtol=1e-5, atol=1e-5)
     assert gemm._choice_key(1, 5, 16, (-math.inf, math.inf)) in native._CONV_CHOICES
     kinds = exe.executable.programs.bound({"n": 1}).call_kinds
-    assert sum(kinds.values()) == 1 and set(kinds) <= {"gemm own kernel", "sgemm + bias"}, kinds
+    assert sum(kinds.values()) == 1 and set(kinds) <= {"gemm own kernel + epilogue", "sgemm + bias"}, kinds
