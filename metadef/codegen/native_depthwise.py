@@ -43,7 +43,7 @@ from typing import Any
 from llvmlite import ir
 
 from metadef.codegen import native_inplace
-from metadef.codegen.native_inplace import EVENS, LANES, NARROW, ODD, _direct, _maximum, _narrow
+from metadef.codegen.native_inplace import EVENS, LANES, NARROW, ODD, _direct, _narrow, _pool_max
 from metadef.codegen.native_ir import (
     F32,
     I32,
@@ -105,15 +105,11 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
     unrolled. Strides 1 and 2 take 8 outputs a step in vectors, a row's last few in one masked
     step; for stride 2 the lines are deinterleaved (even columns, then the odd ones from
     ``half`` on), so every tap is one contiguous load. Other strides go one output at a time.
-    ``pool``: the maximum of the taps' inputs and ``beta`` instead (``w`` unread); ``exact``
-    False: by ``vmaxps`` (for planes without NaN), not ``llvm.maximum`` (five instructions)."""
+    ``pool``: the maximum of the taps' inputs and ``beta`` instead (``w`` unread; ``beta`` is
+    -inf for a pool, which changes no maximum); ``exact`` False: by ``vmaxps`` alone (for
+    planes without NaN), not with a blend that passes NaN on."""
     name = f"md_{'mp' if pool else 'dw'}{'' if k == 3 else k}_plane{stride or 'n'}{'' if exact else '_fast'}"
     fn, b = _internal(module, name, [PTR, PTR, I64, PTR, F32, F32, F32, I64, I64, I64, I64, I64], (0,))
-
-    def larger(x: ir.Value, y: ir.Value) -> ir.Value:
-        if exact:
-            return b.call(_maximum(module, x.type), [x, y])
-        return b.select(b.fcmp_ordered(">", x, y), x, y)  # (one vmaxps)
     y_plane, padded, span, w, beta, lo, hi, oh, ow, sh, sw, half = fn.args
     taps = [] if pool else [b.load(_elem(b, w, I64(t)), typ=F32) for t in range(k * k)]
     step = I64(stride) if stride else sw
@@ -121,12 +117,13 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
 
     def one(o: ir.Value) -> None:
         base = b.mul(o, step)
-        acc = beta
-        for r in range(k):
-            for s in range(k):
-                v = b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32)
-                acc = larger(acc, v) if pool else \
-                    b.fadd(acc, b.fmul(taps[k * r + s], v, flags=["contract"]), flags=["contract"])
+        values = [b.load(_elem(b, row["lines"][r], b.add(base, I64(s))), typ=F32) for r in range(k) for s in range(k)]
+        if pool:
+            acc = _pool_max(b, values, exact)
+        else:
+            acc = beta
+            for tap, v in zip(taps, values):
+                acc = b.fadd(acc, b.fmul(tap, v, flags=["contract"]), flags=["contract"])
         b.store(_bounded(b, acc, lo, hi), _elem(b, row["y"], o))
 
     def for_each_row(body: Callable[[], None]) -> None:
@@ -154,14 +151,19 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
     def eight(block: ir.Value, masked: bool = False, at_output: ir.Value | None = None) -> None:
         o = b.mul(block, I64(8)) if at_output is None else at_output
         base = b.mul(o, step)
-        acc = start
+        values = []
         for r in range(k):
             for s in range(k):
                 at = _elem(b, row["lines"][r], b.add(base, I64(s)))
                 if stride == 2:  # the line is deinterleaved: column 2o + s is E[o + s // 2] or O[o + s // 2]
                     at = _elem(b, row["lines"][r], b.add(b.add(o, half) if s % 2 else o, I64(s // 2)))
-                v = b.load(at, typ=V8, align=4)
-                acc = larger(acc, v) if pool else b.call(fma, [wide[k * r + s], v, acc])
+                values.append(b.load(at, typ=V8, align=4))
+        if pool:
+            acc = _pool_max(b, values, exact)
+        else:
+            acc = start
+            for tap, v in zip(wide, values):
+                acc = b.call(fma, [tap, v, acc])
         result = _bounded(b, acc, low, high)
         if not masked:
             b.store(result, _elem(b, row["y"], o), align=4)
@@ -217,22 +219,27 @@ def _interior(module: ir.Module, stride: int | None, pool: bool = False, k: int 
                 # (a pool is separable: each line's maximum over the window's width first, then
                 # each output row's over its lines: 2 (k - 1) maxima an output, not k * k)
                 accs = [[start] * group for _ in starts]
+                lines: list[list[list[ir.Value]]] = [[[] for _ in range(group)] for _ in starts]
                 for line in range((group - 1) * stride + k):
                     first = _elem(b, padded, b.mul(b.add(b.mul(oy0, I64(stride)), I64(line)), span))
                     uses = [(i, line - i * stride) for i in range(group) if 0 <= line - i * stride < k]
                     for col, o in enumerate(starts):
-                        across = None
+                        across = []
                         for s in range(k):
                             at = b.add(b.add(o, half) if s % 2 else o, I64(s // 2)) if stride == 2 else \
                                 b.add(o, I64(s))
                             v = b.load(_elem(b, first, at), typ=V8, align=4)
                             if pool:
-                                across = v if across is None else larger(across, v)
+                                across.append(v)
                                 continue
                             for i, r in uses:
                                 accs[col][i] = b.call(fma, [wide[k * r + s], v, accs[col][i]])
-                        for i, _ in uses if pool else ():
-                            accs[col][i] = larger(accs[col][i], across)
+                        if pool and uses:  # (the line's maximum across the window, for each row it feeds)
+                            widest = _pool_max(b, across, exact)
+                            for i, _ in uses:
+                                lines[col][i].append(widest)
+                if pool:  # (beta is -inf: each output row's maximum over its lines' maxima)
+                    accs = [[_pool_max(b, maxima, exact) for maxima in column] for column in lines]
                 for o, column in zip(starts, accs):
                     for i, acc in enumerate(column):
                         out = _elem(b, y_plane, b.add(b.mul(b.add(oy0, I64(i)), ow), o))

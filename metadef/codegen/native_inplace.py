@@ -21,10 +21,38 @@ ODD = ir.Constant(ir.VectorType(I32, 8), [1, 3, 5, 7, 9, 11, 13, 15])
 EVENS = ir.Constant(ir.VectorType(I32, 8), [0, 2, 4, 6, 8, 10, 12, 14])
 
 
-def _maximum(module: ir.Module, typ: ir.Type) -> ir.Function:
-    """``llvm.maximum`` (NaN in, NaN out, as numpy's max) for ``typ``: a float or 8 of them."""
-    name = "llvm.maximum." + ("v8f32" if typ == V8 else "f32")
-    return module.globals.get(name) or ir.Function(module, ir.FunctionType(typ, [typ, typ]), name)
+def _pool_max(b: ir.IRBuilder, values: list[ir.Value], exact: bool = True) -> ir.Value:
+    """The maximum of ``values`` (NaN if one is, with ``exact``; else ``vmaxps`` alone, for
+    values known to hold none), taken pairwise: a tree ``log2(n)`` maxima deep where a chain
+    was ``n`` (the chain's latency, not the loads, set a max pool's pace). With ``exact``, each
+    pair of inputs is also compared unordered (NaN in either) and the flags or-ed up the tree;
+    where one is set the result is NaN: a 3x3 window's maximum in 8 ``vmaxps``, 5 compares, 5
+    ors and a blend (a chain of ``llvm.maximum``, which also orders -0 below +0, took 9 x 7-8
+    with AVX-512, its compares moved to mask registers one by one)."""
+    level: list[tuple[ir.Value, ir.Value | None]] = [(v, None) for v in values]
+    while len(level) > 1:
+        pairs = [(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        joined = []
+        for (x, fx), (y, fy) in pairs:
+            larger = b.select(b.fcmp_ordered(">", x, y), x, y)  # (one vmaxps: y where either is NaN)
+            if not exact:
+                joined.append((larger, None))
+                continue
+            # a raw value is covered by a compare of the pair it first joins; a pair's maxima
+            # by the flags below them
+            flags = [f for f in (fx, fy) if f is not None]
+            if fx is None or fy is None:
+                flags.append(b.fcmp_unordered("uno", x, y))
+            flag = flags[0]
+            for f in flags[1:]:
+                flag = b.or_(flag, f)
+            joined.append((larger, flag))
+        level = joined + level[2 * len(pairs):]
+    value, flag = level[0]
+    if flag is None:
+        return value
+    return b.select(flag, ir.Constant(value.type, float("nan")) if value.type == F32 else
+                    ir.Constant(value.type, [float("nan")] * value.type.count), value)
 
 
 DIRECT = True
@@ -69,9 +97,13 @@ def _direct(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
         inside = b.and_(b.icmp_signed(">=", iy, I64(0)), b.icmp_signed("<", iy, h))
         return b.select(inside, _elem(b, x_plane, b.mul(iy, width)), _elem(b, fill_line, I64(8)))
 
-    def output(acc: ir.Value, r: int, values: list[ir.Value]) -> ir.Value:
-        for t, v in enumerate(values):
-            acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [taps[3 * r + t], v, acc])
+    def output(rows: list[list[ir.Value]]) -> ir.Value:
+        if pool:  # (beta is -inf: the window's maximum alone)
+            return _pool_max(b, [v for values in rows for v in values])
+        acc = start
+        for r, values in enumerate(rows):
+            for t, v in enumerate(values):
+                acc = b.call(fma, [taps[3 * r + t], v, acc])
         return acc
 
     def store(acc: ir.Value, at: ir.Value) -> None:
@@ -83,14 +115,14 @@ def _direct(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
 
             def eight(o: ir.Value, left: bool = False) -> None:
                 # columns 2o - 1, 2o, 2o + 1 (+ 2 lane): 16 from 2o, evens and odds, the odds moved on
-                acc, at = start, b.mul(o, I64(2))
-                for r, row in enumerate(rows):
+                at, taps_in = b.mul(o, I64(2)), []
+                for row in rows:
                     first, second = load(_elem(b, row, at)), load(_elem(b, row, b.add(at, I64(8))))
                     evens, odds = b.shuffle_vector(first, second, EVENS), b.shuffle_vector(first, second, ODD)
                     prev = fill if left else b.insert_element(
                         ir.Constant(V8, ir.Undefined), b.load(_elem(b, row, b.sub(at, I64(1))), typ=F32), I32(7))
-                    acc = output(acc, r, [b.shuffle_vector(prev, odds, shift_in), evens, odds])
-                store(acc, b.add(b.mul(oy, ow), o))
+                    taps_in.append([b.shuffle_vector(prev, odds, shift_in), evens, odds])
+                store(output(taps_in), b.add(b.mul(oy, ow), o))
 
             eight(I64(0), left=True)  # (2o + 15 < width for every vector: none needs the fill after)
             _loop(b, I64(1), blocks, lambda k: eight(b.mul(k, I64(8))))
@@ -124,10 +156,7 @@ def _direct(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
             for phi, v in zip(phis, init):
                 phi.add_incoming(v, pre)
         rows = [*carried, taps_of(b.add(oy, I64(1)), o, edge)]
-        acc = start
-        for r, values in enumerate(rows):
-            acc = output(acc, r, values)
-        store(acc, b.add(b.mul(oy, ow), o))
+        store(output(rows), b.add(b.mul(oy, ow), o))
         following = b.add(oy, I64(1))
         oy.add_incoming(following, b.block)
         for phis, values in zip(carried, rows[1:]):
@@ -208,10 +237,12 @@ def _narrow(module: ir.Module, stride: int, pool: bool = False) -> ir.Function:
         return [b.select(first_lane, fill, evens), odds, pick(evens, fill, [1, 2, 3, 4, 5, 6, 7, 8])]
 
     def result(rows: list[list[ir.Value]]) -> ir.Value:
+        if pool:  # (beta is -inf: the window's maximum alone)
+            return _bounded(b, _pool_max(b, [v for values in rows for v in values]), low, high)
         acc = start
         for r, values in enumerate(rows):
             for s, v in enumerate(values):
-                acc = b.call(_maximum(module, V8), [acc, v]) if pool else b.call(fma, [taps[3 * r + s], v, acc])
+                acc = b.call(fma, [taps[3 * r + s], v, acc])
         return _bounded(b, acc, low, high)
 
     def store(v: ir.Value, at: ir.Value) -> None:

@@ -375,3 +375,36 @@ def test_average_pools_that_divide_by_the_window_run_as_depthwise_convs() -> Non
     kinds = exe.executable.programs.bound({"n": 3}).call_kinds
     assert (kinds["avgpool 3x3"], kinds["avgpool 5x5"], kinds["avgpool 7x7"]) == (1, 1, 1)
     assert sum(v for k, v in kinds.items() if k.startswith("AveragePool at")) == 3
+
+
+def _pool_numpy(x: np.ndarray, k: int, strides: tuple[int, int], pads: list[int]) -> np.ndarray:
+    """MaxPool by numpy: -inf padding, each window's ``np.max`` (NaN if the window holds one)."""
+    padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
+    return windows[:, :, ::strides[0], ::strides[1]].max(axis=(4, 5))
+
+
+@pytest.mark.parametrize(("k", "h", "w", "stride", "pads"), [
+    (3, 12, 16, 2, [1, 1, 1, 1]), (3, 9, 17, 1, [1, 1, 1, 1]), (3, 14, 14, 2, [1, 1, 1, 1]),  # in place
+    (3, 7, 7, 1, [1, 1, 1, 1]), (3, 11, 13, 2, [1, 1, 1, 1]), (3, 8, 19, 1, [0, 2, 1, 0]),  # narrow, padded copy
+    (3, 10, 12, 3, [1, 1, 1, 1]),  # a stride one output at a time
+    (5, 13, 21, 1, [2, 2, 2, 2]), (7, 15, 18, 2, [3, 3, 3, 3]), (5, 9, 10, 3, [1, 2, 0, 1]),  # wide windows
+])
+def test_max_pools_carry_every_nan_and_infinity_in_their_windows(k: int, h: int, w: int, stride: int,
+                                                                 pads: list[int]) -> None:
+    """Maxima over trees (pairs of pairs) must not lose a NaN at any of the window's places:
+    planes with NaN, both infinities and both zeros sown densely, every routine and path."""
+    rng = np.random.default_rng(k * 100 + h * 10 + w)
+    n, c = 1, 4
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)
+    sown = rng.random(x.shape) < 0.06
+    x[sown] = rng.choice(specials, size=int(sown.sum()))
+    x[0, 0] = np.where(rng.random((h, w)) < 0.5, -np.inf, x[0, 0])  # (a plane of mostly -inf)
+    x[0, 1] = np.abs(x[0, 1])  # (and one without NaN: the wide pools' fast path)
+    x[0, 1][np.isnan(x[0, 1])] = 1.0
+    want = _pool_numpy(x, k, (stride, stride), pads)
+    y = np.full(want.shape, -7.0, np.float32)
+    _call(maxpool_routine(k), [x, None, None, y], depthwise_dims(n, c, (h, w), want.shape[2:], (stride, stride),
+                                                                 (pads[0], pads[1])))
+    np.testing.assert_array_equal(y, want)  # (NaN where numpy's is; -0 and +0 alike)
