@@ -43,7 +43,7 @@ from typing import Any
 from llvmlite import ir
 
 from metadef.codegen import native_inplace
-from metadef.codegen.native_inplace import EVENS, LANES, NARROW, ODD, _direct, _narrow, _pool_max
+from metadef.codegen.native_inplace import EVENS, LANES, NARROW, ODD, _direct, _has_nan, _narrow, _pool_max
 from metadef.codegen.native_ir import (
     F32,
     I32,
@@ -538,20 +538,6 @@ def _depthwise(module: ir.Module, pool: bool = False, only_in_place: int | None 
         b.branch(done)
         b.position_at_end(done)
     b.ret_void()
-
-
-def _has_nan(b: ir.IRBuilder, plane: ir.Value, count: ir.Value) -> ir.Value:
-    """Whether the ``count`` floats from ``plane`` (and up to 7 more, readable) hold a NaN."""
-    seen = b.alloca(ir.IntType(1))
-    b.store(ir.IntType(1)(0), seen)
-
-    def eight(k: ir.Value) -> None:
-        v = b.load(_elem(b, plane, b.mul(k, I64(8))), typ=V8, align=4)
-        lanes = b.bitcast(b.fcmp_unordered("uno", v, v), ir.IntType(8))
-        b.store(b.or_(b.load(seen), b.icmp_unsigned("!=", lanes, ir.IntType(8)(0))), seen)
-
-    _loop(b, I64(0), b.sdiv(b.add(count, I64(7)), I64(8)), eight)
-    return b.load(seen)
 
 
 def _even(b: ir.IRBuilder, p: ir.Value, first: ir.Value) -> ir.Value:

@@ -55,6 +55,20 @@ def _pool_max(b: ir.IRBuilder, values: list[ir.Value], exact: bool = True) -> ir
                     ir.Constant(value.type, [float("nan")] * value.type.count), value)
 
 
+def _has_nan(b: ir.IRBuilder, plane: ir.Value, count: ir.Value) -> ir.Value:
+    """Whether the ``count`` floats from ``plane`` (and up to 7 more, readable) hold a NaN."""
+    seen = b.alloca(ir.IntType(1))
+    b.store(ir.IntType(1)(0), seen)
+
+    def eight(k: ir.Value) -> None:
+        v = b.load(_elem(b, plane, b.mul(k, I64(8))), typ=V8, align=4)
+        lanes = b.bitcast(b.fcmp_unordered("uno", v, v), ir.IntType(8))
+        b.store(b.or_(b.load(seen), b.icmp_unsigned("!=", lanes, ir.IntType(8)(0))), seen)
+
+    _loop(b, I64(0), b.sdiv(b.add(count, I64(7)), I64(8)), eight)
+    return b.load(seen)
+
+
 DIRECT = True
 """Planes with one pixel of padding before each axis, stride 1 (same size, at least 9 wide) or 2
 (half, at least 16 wide), or of 7 outputs a row (:func:`_narrow`), are read in place

@@ -127,8 +127,8 @@ def test_outputs_go_into_caller_buffers(cnn: tuple[md.Graph, Session]) -> None:
 
 
 def test_read_only_and_bfloat16_inputs_are_read_in_place(cnn: tuple[md.Graph, Session]) -> None:
-    # a run takes its inputs' addresses through a ctypes view of their buffers, which numpy
-    # refuses for read-only arrays and ml_dtypes' bfloat16: those take the slow way, same answer
+    # a run reads its inputs' addresses out of the array objects: read-only arrays and
+    # ml_dtypes' bfloat16 (which numpy will not export as writeable buffers) alike
     _, sess = cnn
     x = RNG.standard_normal((2, 3, 10, 10), dtype=np.float32)
     frozen = x.copy()
@@ -162,15 +162,15 @@ def test_runs_from_several_threads_at_once_agree(cnn: tuple[md.Graph, Session]) 
 def test_addresses_are_read_from_the_array_objects() -> None:
     """A run's input and output addresses come from the ndarray objects themselves (numpy's
     ``data`` field, found and checked at import), not through ``array.ctypes``."""
-    from metadef.backends.x86 import program
-    assert program._DATA_FIELD is not None  # (CPython and numpy here: the fast way is taken)
+    from metadef.backends.x86 import addresses
+    assert addresses._DATA_FIELD is not None  # (CPython and numpy here: the fast way is taken)
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     frozen = base[1:]
     frozen.flags.writeable = False
     for a in (base, base[2:], base.T.copy(), np.zeros(3, np.int8), base.astype(ml_dtypes.bfloat16), frozen,
               np.full((), 2.0, np.float32)):
-        assert program.address(a) == a.ctypes.data
-    assert program.address(base[:0]) == program._EMPTY_ADDRESS
+        assert addresses.address(a) == a.ctypes.data
+    assert addresses.address(base[:0]) == addresses._EMPTY_ADDRESS
 
 
 def test_bad_inputs_get_clear_errors(cnn: tuple[md.Graph, Session]) -> None:
