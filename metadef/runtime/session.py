@@ -84,9 +84,15 @@ class Session:
         self._checked: dict[tuple[tuple[tuple[int, ...], np.dtype], ...], Mapping[str, int]] = {}
         """The symbols' values (read-only) of input shapes and dtypes that passed the checks."""
 
-    def _check(self, feeds: Mapping[str, Any]) -> tuple[Mapping[str, np.ndarray], Mapping[str, int]]:
+    def _known(self, feeds: Mapping[str, Any]) -> tuple[Any, Mapping[str, int] | None]:
+        """The feeds' key (see :meth:`_key`) and, where these exact shapes and dtypes passed
+        the checks before, their symbols' values (else None)."""
         key = self._key(feeds)
-        symbols = self._checked.get(key) if key is not None else None
+        return key, (self._checked.get(key) if key is not None else None)
+
+    def _check(self, feeds: Mapping[str, Any], known: tuple[Any, Mapping[str, int] | None] | None = None
+               ) -> tuple[Mapping[str, np.ndarray], Mapping[str, int]]:
+        key, symbols = known or self._known(feeds)
         if symbols is not None:  # these exact shapes and dtypes passed the checks before
             return feeds, symbols  # (feeds holds exactly the inputs: the key says so)
         arrays, checked = self._check_all(feeds)
@@ -178,14 +184,14 @@ class Session:
             array([-1.,  2.], dtype=float32)
         """
         names = self._output_names
-        if self.structure is None and outputs is None:  # the common case first: dispatch is latency
-            key = self._key(feeds)
-            symbols = self._checked.get(key) if key is not None else None
-            if symbols is not None:  # these exact shapes and dtypes passed the checks before
-                return dict(zip(names, self.executable.run(feeds, symbols)))
-        if self.structure is not None:  # lists and None -> the flat tensors
+        known = None
+        if self.structure is None:
+            known = self._known(feeds)
+            if known[1] is not None and outputs is None:  # the common case first: dispatch is latency
+                return dict(zip(names, self.executable.run(feeds, known[1])))
+        else:  # lists and None -> the flat tensors
             feeds = self.structure.flatten_feeds(feeds, [spec.name for spec in self.inputs])
-        arrays, symbols = self._check(feeds)
+        arrays, symbols = self._check(feeds, known)
         if outputs is None:
             return self._named(names, self.executable.run(arrays, symbols))
         if isinstance(outputs, Mapping):
