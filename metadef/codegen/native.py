@@ -17,7 +17,8 @@ Every native routine has the kernels' calling convention, ``void f(ptr args, ptr
 - ``md_col2im``: ConvTranspose's columns (``W^T X`` by sgemm) added into the output planes.
 - ``md_winograd_in`` / ``md_winograd_out``: the transforms of a 3x3 stride-1 conv as Winograd
   F(2x2, 3x3), around 16 products; ``md_winograd4_in`` / ``_out`` as F(4x4, 3x3), around 36
-  (:mod:`.native_winograd`).
+  (:mod:`.native_winograd`); ``md_winograd_rows_in`` ... ``md_winograd4_rows_out`` the same
+  between pixel-major values, a vector of channels at a time (:mod:`.native_winograd_rows`).
 - ``md_conv1x1``: a pointwise conv by our own register-tiled kernel, bias, residual and
   activation applied before the store (:mod:`.native_gemm`); ``md_conv1x1t`` the same with
   the pixels as the tile's rows (small images: a 7x7 plane is 49 rows, not four 16-pixel blocks).
@@ -145,6 +146,7 @@ from metadef.codegen.native_scatter import (
 from metadef.codegen.native_softmax import _log_softmax_rows, _softmax_rows
 from metadef.codegen.native_topk import _topk_rows
 from metadef.codegen.native_winograd import WINOGRAD_DIMS, WINOGRAD_TASK_DIMS, _winograd_phases, winograd_workspace
+from metadef.codegen.native_winograd_rows import WINOGRAD_ROWS_ROUTINES, winograd_rows_phase
 from metadef.core.errors import BackendError
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))
@@ -434,6 +436,7 @@ ROUTINES: dict[str, Callable[[ir.Module], None]] = {
     "md_winograd_out": lambda module: _winograd_phases(module, ("out",)),
     "md_winograd4_in": lambda module: _winograd_phases(module, ("in",), m=4),
     "md_winograd4_out": lambda module: _winograd_phases(module, ("out",), m=4),
+    **{name: functools.partial(winograd_rows_phase, name=name) for name in WINOGRAD_ROWS_ROUTINES},
     "md_pad2d": _pad2d,
     "md_conv1x1": _conv1x1,
     "md_conv1x1t": _conv1x1t,
@@ -471,7 +474,7 @@ UNROLLED_BY_HAND = frozenset({"md_conv1x1", "md_conv1x1t", "md_conv_direct", "md
                               "md_qconv", "md_qconvi", "md_qconvt", "md_bmm", "md_depthwise", *DWROWS_ROUTINES,
                               "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_sgemm",
                               "md_winograd_in", "md_winograd_out", "md_winograd4_in", "md_winograd4_out",
-                              "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
+                              *WINOGRAD_ROWS_ROUTINES, "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
 """Routines whose tiles are written out already: LLVM's unroller would only multiply their
 code (md_gemm: 0.36 s of LLVM with it); md_sgemm, whose one loop broadcasts a bias into the
 output before OpenBLAS runs (vectorized still; 127 -> 71 ms of LLVM); the softmax routines,
@@ -483,7 +486,8 @@ VECTORIZED_BY_HAND = frozenset({"md_qpack", "md_depthwise", *DWROWS_ROUTINES, "m
                                 "md_transpose", "md_qmaxpool",
                                 "md_pad2d", "md_run_program", "md_run_tasks", "md_winograd_out", "md_copy_rows",
                                 "md_gather", "md_fill", "md_bmm", "md_im2col_task", "md_winograd_in", "md_winograd4_in",
-                                "md_winograd4_out", "md_softmax_rows", "md_log_softmax_rows", *SCATTER_ROUTINES})
+                                "md_winograd4_out", *WINOGRAD_ROWS_ROUTINES, "md_softmax_rows", "md_log_softmax_rows",
+                                *SCATTER_ROUTINES})
 """Routines compiled without LLVM's vectorizers (at O2): their vectors are written out, or they
 copy whole rows or only dispatch; measured as fast as at O3 on MobileNetV2's and ResNet's
 shapes, for about half of LLVM's time (md_depthwise 232 -> 132 ms, md_pad2d 159 -> 39 ms,
@@ -501,7 +505,7 @@ OPTIMIZED_LIGHTLY = frozenset({"md_gemm", "md_qgemm", "md_qgemmf", "md_qconv", "
                                "md_conv1x1t", "md_conv_direct", "md_bmm", "md_depthwise", *DWROWS_ROUTINES,
                                "md_maxpool3x3", *INPLACE_VARIANTS, *WIDE_DEPTHWISE, "md_winograd_in",
                                "md_winograd_out",
-                               "md_winograd4_in", "md_winograd4_out"})
+                               "md_winograd4_in", "md_winograd4_out", *WINOGRAD_ROWS_ROUTINES})
 """Routines through LLVM's O1 pipeline (no vectorizers): their tiles, vectors and prefetches are
 all written out, so O3 only spent time on them (the code generator still schedules at its
 highest level)."""
