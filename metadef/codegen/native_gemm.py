@@ -558,13 +558,14 @@ def _gemm(module: ir.Module) -> None:
         following = _elem(b, wq, b.mul(k, I64(pw)))
 
         def rows_from(r0: ir.Value, mr: int) -> None:
-            ahead = _ahead(b, following, b.sdiv(r0, I64(sizes[0])), k, pw) if mr >= AHEAD_ROWS else ()
+            ordinal = b.sdiv(b.add(r0, I64(sizes[0] - 1)), I64(sizes[0]))  # (r0 / 12 up: two 8s count apart)
+            ahead = _ahead(b, following, ordinal, k, pw) if mr >= AHEAD_ROWS else ()
             at = b.add(yi, b.add(b.mul(r0, ldy), j0))
             b.call(tiles[mr], [wq, I64(pw), _elem(b, xi, b.mul(r0, lda)), lda, I64(1), k, _elem(b, y, at), ldy,
                                b.select(b.icmp_signed("!=", b.ptrtoint(res, I64), I64(0)), _elem(b, res, at), null),
                                _elem(b, bias, j0), I64(mr), cols, lo, hi, *ahead])
 
-        _row_tiles(b, m, sizes, rows_from)
+        _row_tiles(b, m, sizes, rows_from, pairs=True)
 
     _loop(b, first, last, panel)
     b.ret_void()

@@ -29,6 +29,9 @@ RNG = np.random.default_rng(11)
     (6, 16, 1, (-math.inf, math.inf), 2),
     (27, 40, 131, (-math.inf, math.inf), 1),  # 12 + 12 + 2 + 1 rows (AVX-512) or 4 x 6 + 2 + 1
     (23, 17, 9, (0.0, math.inf), 2),  # 12 + 8 + 2 + 1
+    (16, 40, 19, (-math.inf, math.inf), 2),  # 8 + 8 (Winograd's 16 tiles), not 12 + 4
+    (19, 33, 7, (0.0, math.inf), 1),  # 8 + 8 + 2 + 1
+    (20, 33, 7, (-math.inf, math.inf), 1),  # 12 + 8
     (128, 48, 64, (-math.inf, math.inf), 1),  # BERT's rows: 10 x 12 + 8
     (13, 70, 20, (-1.0, 1.0), 2),  # a last panel of 6 (AVX-512: 32 + 32 + 6) or 6 (16 x 4 + 6) columns
 ])
