@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from metadef.backends.x86 import contractions as blas
-from metadef.backends.x86.conv1x1 import BLAS, OWN_T, WeightProduct
+from metadef.backends.x86.conv1x1 import BLAS, OWN_T, WeightProduct, pack_back_to_back
 from metadef.backends.x86.native import (
     NULL,
     PARALLEL_ELEMENTS,
@@ -289,6 +289,7 @@ def winograd_rows_step(sx: Shape, k: int, out_hw: tuple[int, int], begin: Sequen
     (+ bias, ``bounds``); the input transposed into pixel rows first where it is NCHW
     (``reads`` False), the output back into planes after where it is (``writes`` False)."""
     _, per_product = weights.of(m)
+    pack_back_to_back(per_product, OWN_T)
     n, c, h, w = sx
     oh, ow = out_hw
     a, group = m + 2, winograd_group(n, c, k, oh, ow, m)
@@ -376,6 +377,7 @@ def _winograd_calls(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[i
             calls.append(sgemm_call((Arg("addr", u.ctypes.data), scratch, scratch.at(m_offset), *_blas(), NULL,
                                      *_blas("sgemv")), len(u), k, group * tiles, c, what + " products", **products))
         if kind != BLAS:
+            pack_back_to_back(per_product, kind)
             more, work = _joined_products(per_product, kind, group * tiles, scratch, plan)
             calls += more
         for j in range(images):
