@@ -215,6 +215,10 @@ class WeightProduct:
             release_mapped(weight)  # a weight mapped from a .mdef file: its pages leave the RSS
         return self._packed[kind]
 
+    def is_packed(self, kind: str) -> bool:
+        """Whether the weights are packed for ``kind`` already (:meth:`packed` needs no weights then)."""
+        return (OWN if kind in ORDERS else kind) in self._packed
+
     def drop_weights(self) -> None:
         """Let the unpacked weights go: the packed ones are what the calls read (for Winograd's
         transformed weights, a second copy of each product's: ResNet-50's took 90 MB)."""

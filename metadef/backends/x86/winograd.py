@@ -288,7 +288,9 @@ def winograd_rows_step(sx: Shape, k: int, out_hw: tuple[int, int], begin: Sequen
     them (``md_gemm``, V read and M stored in place, one pool group), the output transform
     (+ bias, ``bounds``); the input transposed into pixel rows first where it is NCHW
     (``reads`` False), the output back into planes after where it is (``writes`` False)."""
-    _, per_product = weights.of(m)
+    per_product = weights.products.get(m, [])
+    if not per_product or not all(product.is_packed(OWN_T) for product in per_product):
+        _, per_product = weights.of(m)  # (made again only to pack them: the planes' way took another kind)
     pack_back_to_back(per_product, OWN_T)
     n, c, h, w = sx
     oh, ow = out_hw

@@ -3,6 +3,7 @@ vectorized along the channels, V and M laid out as the products' rows)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Any
@@ -213,3 +214,23 @@ def test_a_winograd_conv_between_layouts_transposes_its_side(threads: int, monke
     kinds = _check(md.optimize(g.build(), level="aggressive"), threads, (lanes, 9, 9))
     stem = "conv2d winograd F(2x2,3x3) on pixel rows"
     assert kinds[f"{stem} input transpose"] == 1 and kinds[f"{stem} output transpose"] == 1, kinds
+
+
+def test_products_packed_another_way_are_packed_again_back_to_back() -> None:
+    """A conv whose planes' way packed its products for ``md_conv1x1`` and let the transformed
+    weights go: its pixel-rows step makes them again, packs them for ``md_gemm`` one after the
+    other in one array, and lets them go again."""
+    from metadef.backends.x86.native import NULL, Arg
+
+    lanes = tile_lanes()
+    weights = winograd.WinogradWeights(RNG.standard_normal((lanes, lanes, 3, 3), dtype=np.float32))
+    _, products = weights.of(2)
+    for product in products:
+        product.packed(conv1x1.OWN)
+    weights.drop(2)
+    step = winograd.winograd_rows_step((1, lanes, 6, 6), lanes, (6, 6), [1, 1], Arg("in", 0), NULL, Arg("out", 0),
+                                       weights, (-math.inf, math.inf), 2, "test")
+    packed = [product.packed(conv1x1.OWN_T)[0] for product in products]
+    assert all(b.ctypes.data == a.ctypes.data + a.nbytes for a, b in itertools.pairwise(packed))
+    assert all(product.weight is None for product in products) and 2 not in weights.u
+    assert [call.what for call in step.calls].count("test product own kernel, pixel rows stored") == 16
