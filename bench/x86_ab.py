@@ -15,6 +15,7 @@ more; within a round, a burst of foreign load hits all alike.
 
     .venv/bin/python bench/x86_ab.py resnet50 --variant METADEF_WINOGRAD=2
     .venv/bin/python bench/x86_ab.py bert --threads 2 --variant metadef.backends.x86.conv1x1.PREFER="'sgemm'"
+    .venv/bin/python bench/x86_ab.py resnet50 --control --sessions 4 --rounds 25   # the tool's own spread
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=2, help="sessions compiled per variant")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--control", action="store_true",
+                        help="add 'base again': more sessions of the code as it is, whose ratio to base is how far "
+                             "two identical variants fall apart on this host (Zen 5, 4 sessions x 25 rounds: 0.967)")
     args = parser.parse_args()
     set_threads(args.threads)
     proto = md.zoo.build(args.model)
@@ -92,6 +96,8 @@ def main() -> None:
     dims = {"seq": 128} if args.model == "bert" else {}
     feeds = md.zoo.describe(args.model).example_inputs(batch=args.batch, **dims)
     variants = {"base": []} | {text: [parse_override(o) for o in text.split(",")] for text in args.variant}
+    if args.control:
+        variants["base again"] = []
     runners, owner = {}, {}
     for name, overrides in variants.items():
         for i in range(args.sessions):
