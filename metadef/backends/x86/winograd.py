@@ -143,7 +143,16 @@ def bound_bits(bounds: tuple[float, float]) -> tuple[int, int]:
 
 
 PIXEL_ROWS = True
-"""False: Winograd convs offer no pixel-rows form (their values stay NCHW; for A/B runs)."""
+"""False: Winograd convs offer no pixel-rows form and take planes (for A/B runs)."""
+
+ROWS_BETWEEN_PLANES = True
+"""Between NCHW values too, a Winograd conv whose channels fill whole vectors transposes its
+input into pixel rows, runs the pixel-rows routines and transposes its output back, rather than
+take the planes' routines (False: the planes'). ResNet-50's 56x56 and 28x28 stages, one core,
+in the model: a conv 0.72 -> 0.51 ms and 0.58 -> 0.45 (the planes' transforms 0.18-0.29 ms, the
+pixel rows' with both transposes 0.08-0.18, and ``md_gemm`` on the tiles' rows 0.33 against
+``md_conv1x1``'s 0.43 at 56x56); the whole model (``bench/x86_ab.py --control``, Zen 5): 0.981
+of the time at one thread, 0.977 at two, 0.990 capped at AVX2, 0.974 at batch 8."""
 
 WINOGRAD_SPLIT = 1 << 18
 """A Winograd product splits across threads from this many multiply-adds (a quarter of other
@@ -255,29 +264,36 @@ def winograd_step(sx: Shape, sw: Shape, out_hw: tuple[int, int], begin: list[int
         return None
     if not winograd_fits(m, out_hw[1]) or m > winograd_limit():  # (a choice forced from outside)
         m = 2
-    with weights.lock:  # (programs may be bound in several threads at once: weights made, packed, dropped)
-        base = _winograd_calls(sx, sw, out_hw, begin, has_bias, sources, bias, out, weights, bounds, m, timings)
     x = sources[0]
     if not (PIXEL_ROWS and x.kind == "in" and out.kind == "out" and not x.offset and not out.offset
             and sx[1] % tile_lanes() == 0 and sw[0] % tile_lanes() == 0):
-        return base
+        with weights.lock:  # (programs may be bound in several threads at once: weights made, packed, dropped)
+            return _winograd_calls(sx, sw, out_hw, begin, has_bias, sources, bias, out, weights, bounds, m, timings)
     what = f"conv2d winograd F({m}x{m},3x3) on pixel rows"
+
+    def rows(reads: bool, writes: bool) -> NativeStep:
+        with weights.lock:
+            return winograd_rows_step(sx, sw[0], out_hw, begin, x, bias, out, weights, bounds, m, what, reads, writes)
+
+    if ROWS_BETWEEN_PLANES:
+        base = rows(False, False)
+    else:
+        with weights.lock:
+            base = _winograd_calls(sx, sw, out_hw, begin, has_bias, sources, bias, out, weights, bounds, m, timings)
 
     def lower(args: frozenset[tuple[str, int]]) -> NativeStep:
         reads, writes = ("in", x.index) in args, ("out", out.index) in args
-        if not (reads or writes):
-            return base
-        with weights.lock:
-            return winograd_rows_step(sx, sw[0], out_hw, begin, x, bias, out, weights, bounds, m, what, reads, writes)
+        return rows(reads, writes) if reads or writes else base
 
     return dataclasses.replace(base, rows=PixelRows((x.index,), None, out.index, lower, _rows_cost(x.index, out.index)))
 
 
 def _rows_cost(x: int, out: int) -> Callable[[frozenset[tuple[str, int]]], int]:
-    """The cost of a Winograd conv's pixel-rows form in transposes: none with its input and
-    output both pixel-major, one otherwise (NCHW: the transposes of V before the products, and
-    transforms 2-4x slower than those on pixel rows)."""
-    return lambda args: int(not (("in", x) in args and ("out", out) in args))
+    """The cost of a Winograd conv's pixel-rows form in transposes: one for each of its input
+    and output that is NCHW (with :data:`ROWS_BETWEEN_PLANES`, the transposes it makes; without,
+    the planes' way costs as much: the transposes of V before the products, and transforms 2-4x
+    slower than those on pixel rows)."""
+    return lambda args: int(("in", x) not in args) + int(("out", out) not in args)
 
 
 def winograd_rows_step(sx: Shape, k: int, out_hw: tuple[int, int], begin: Sequence[int], x: Arg, bias: Arg,

@@ -268,12 +268,16 @@ def test_3x3_convs_by_winograd_or_im2col_match_the_reference(monkeypatch: pytest
 
 
 @pytest.mark.parametrize("m", [2, 4])
-@pytest.mark.parametrize("products", ["sgemm", "own micro-kernel, epilogue fused", "own micro-kernel, pixels as rows"])
+@pytest.mark.parametrize(("products", "rows"), [("sgemm", False), ("own micro-kernel, epilogue fused", False),
+                                                ("own micro-kernel, pixels as rows", False),
+                                                ("own micro-kernel, pixels as rows", True)])
 def test_winograd_products_shared_by_a_group_of_images_match_the_reference(
-        monkeypatch: pytest.MonkeyPatch, m: int, products: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, m: int, products: str, rows: bool) -> None:
     """More output channels than an image has tiles: the images of a batch share each product
-    (their tiles side by side in the workspace), in groups that fit its size (here 2 and 1 of 3)."""
+    (their tiles side by side in the workspace), in groups that fit its size (here 2 and 1 of 3);
+    by planes, and (``rows``) on pixel rows, the NCHW input and output transposed."""
     from metadef.backends.x86 import conv1x1, winograd
+    monkeypatch.setattr(winograd, "ROWS_BETWEEN_PLANES", rows)
     monkeypatch.setattr(winograd, "known_choice", lambda key, names: None)
     monkeypatch.setattr(winograd, "measured_choice",
                         lambda key, candidates: ("winograd4" if m == 4 else "winograd", "forced by the test"))
@@ -293,6 +297,11 @@ def test_winograd_products_shared_by_a_group_of_images_match_the_reference(
         np.testing.assert_allclose(sess.run(feeds)["y"], want, rtol=1e-4, atol=3e-5 * float(np.abs(want).max()))
         kinds = sess.executable.programs.bound({"n": 3}).call_kinds
         assert any(kind.startswith(f"conv2d winograd F({m}x{m},3x3)") for kind in kinds), kinds
+        stem = f"conv2d winograd F({m}x{m},3x3) on pixel rows"
+        if rows:  # (two groups of images: two input transforms)
+            assert kinds[f"{stem} input transpose"] == 1 and kinds[f"{stem} input"] == 2, kinds
+        else:
+            assert not any("on pixel rows" in kind for kind in kinds), kinds
 
 
 def test_winograd_weights_made_again_for_a_product_packed_another_way(monkeypatch: pytest.MonkeyPatch) -> None:
