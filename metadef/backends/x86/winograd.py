@@ -318,32 +318,40 @@ def winograd_rows_step(sx: Shape, k: int, out_hw: tuple[int, int], begin: Sequen
     v_plane, m_plane = group * tiles * ldx + WINOGRAD_SKEW, group * tiles * ldy + WINOGRAD_SKEW
     zeros = np.zeros(k, np.float32)
     bias = bias if bias is not NULL else Arg("addr", zeros.ctypes.data)
-    work, used, source, target = Arg("scratch", 0), 4 * a * a * (v_plane + m_plane), x, out
-    if not reads:
-        source, used = work.at(used), used + 4 * n * h * w * ldx
-    if not writes:
-        target, used = work.at(used), used + 4 * n * oh * ow * ldy
+    work, used = Arg("scratch", 0), 4 * a * a * (v_plane + m_plane)
     v, mm = work, work.at(4 * a * a * v_plane)
+    # an NCHW side passes through the workspace a group of images at a time, as pixel rows: the
+    # input where M will be (read before the products write M), the output where V was (written
+    # after the products read V), else past both
+    rows_in, rows_out = mm, v
+    if 4 * group * h * w * ldx > 4 * a * a * m_plane:
+        rows_in, used = work.at(used), used + 4 * group * h * w * ldx
+    if 4 * group * oh * ow * ldy > 4 * a * a * v_plane:
+        rows_out, used = work.at(used), used + 4 * group * oh * ow * ldy
     calls: list[Call] = []
-    if not reads:
-        calls.append(transpose_call(x, source, n, c, h * w, what + " input transpose", ld=ldx))
     for first in range(0, n, group):
         images = min(group, n - first)
         values = {"n": images, "c": c, "h": h, "w": w, "k": k, "oh": oh, "ow": ow, "pt": begin[0], "pl": begin[1],
                   "ldx": ldx, "ldv": ldx, "v_plane": v_plane, "ldm": ldy, "m_plane": m_plane, "ldy": ldy,
                   "lo": bound_bits(bounds)[0], "hi": bound_bits(bounds)[1], "task": 0, "tasks": 1}
-        calls.append(_rows_phase(m, "in", (source.at(4 * first * h * w * ldx), v), values, images * tiles,
-                                 images * tiles * c * a * a, what + " input"))
+        source = x.at(4 * first * h * w * ldx) if reads else rows_in
+        if not reads:
+            calls.append(transpose_call(x.at(4 * first * c * h * w), rows_in, images, c, h * w,
+                                        what + " input transpose", ld=ldx))
+        calls.append(_rows_phase(m, "in", (source, v), values, images * tiles, images * tiles * c * a * a,
+                                 what + " input"))
         for t, product in enumerate(per_product):
             more, per = product.calls(OWN_T, 1, images * tiles, v.at(4 * t * v_plane), None, mm.at(4 * t * m_plane),
                                       Arg("scratch", 1), what + " product", split_from=WINOGRAD_SPLIT,
                                       rows=("x", "out"))
             assert per == 0 and len(more) == 1, (per, more)
             calls.append(dataclasses.replace(more[0], joins=t > 0))
-        calls.append(_rows_phase(m, "out", (mm, target.at(4 * first * oh * ow * ldy), bias), values, images * tiles,
-                                 images * tiles * k * m * m, what + " output"))
-    if not writes:
-        calls.append(transpose_call(target, out, n, oh * ow, k, what + " output transpose", xs=ldy))
+        target = out.at(4 * first * oh * ow * ldy) if writes else rows_out
+        calls.append(_rows_phase(m, "out", (mm, target, bias), values, images * tiles, images * tiles * k * m * m,
+                                 what + " output"))
+        if not writes:
+            calls.append(transpose_call(rows_out, out.at(4 * first * k * oh * ow), images, oh * ow, k,
+                                        what + " output transpose", xs=ldy))
     keep = (*(a for product in per_product for a in product.packed(OWN_T)), zeros)
     weights.drop(m)
     return NativeStep(tuple(calls), (used,), keep)
