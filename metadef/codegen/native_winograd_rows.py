@@ -183,7 +183,14 @@ def _rows_out(module: ir.Module, m: int) -> None:
 def winograd_rows_phase(module: ir.Module, name: str) -> None:
     """Build routine ``name`` (one of :data:`WINOGRAD_ROWS_ROUTINES`) into ``module``: args ``[x,
     v]`` for an input phase, ``[m, y, bias]`` for an output phase (``bias``: ``k`` floats,
-    zeros for none); dims :data:`WINOGRAD_ROWS_DIMS`."""
+    zeros for none); dims :data:`WINOGRAD_ROWS_DIMS`.
+
+    Example:
+        >>> module = ir.Module("m")
+        >>> winograd_rows_phase(module, "md_winograd4_rows_out")
+        >>> [f.name for f in module.functions if not f.is_declaration]
+        ['md_winograd4_rows_out']
+    """
     for m in WINOGRAD_SIZES:
         if name == rows_routine(m, "in"):
             return _rows_in(module, m)
