@@ -5,7 +5,8 @@ buffers may share bytes when their lifetimes do not overlap. :func:`plan_arena` 
 buffers greedily, each in the tightest gap that fits it among the buffers already placed that
 overlap it in time, in several orders (largest first, as TensorFlow Lite's "greedy by size"
 planner; by start; by size x lifetime; longest first), then, while the best is above the
-lower bound, in up to :data:`RANDOM_ORDERS` seeded random orders, and keeps the smallest arena.
+lower bound, in up to :data:`RANDOM_ORDERS` seeded random orders (fewer for many buffers:
+:data:`RANDOM_WORK`), and keeps the smallest arena.
 :attr:`ArenaPlan.lower_bound` is the most memory live at any one step: no placement can need
 less, so ``peak / lower_bound`` says how good the plan is.
 
@@ -97,8 +98,9 @@ def plan_arena(buffers: Sequence[Buffer], alignment: int = ALIGNMENT) -> ArenaPl
     best: ArenaPlan | None = None
     orders = (sorted(range(len(buffers)), key=lambda i: (*key(buffers[i]), i)) for key in ORDERS.values())
     shuffled = random.Random(len(buffers))  # (seeded: the same buffers get the same plan)
+    random_orders = min(RANDOM_ORDERS, max(64, RANDOM_WORK // max(1, len(buffers))))
     for tries, order in enumerate(itertools.chain(orders, _shuffles(len(buffers), shuffled))):
-        if best is not None and (best.peak == bound or tries >= len(ORDERS) + RANDOM_ORDERS):
+        if best is not None and (best.peak == bound or tries >= len(ORDERS) + random_orders):
             break
         offsets, peak = _place(buffers, order, alignment)
         if best is None or peak < best.peak:
@@ -107,10 +109,15 @@ def plan_arena(buffers: Sequence[Buffer], alignment: int = ALIGNMENT) -> ArenaPl
     return best
 
 
-RANDOM_ORDERS = 64
-"""Random placement orders :func:`plan_arena` tries after :data:`ORDERS` while its best plan is
-above the lower bound (ResNet-50's im2col workspaces: 1.13x the bound by every fixed order, the
-bound itself within 300 random ones; each try costs well under a millisecond)."""
+RANDOM_ORDERS = 1024
+"""Random placement orders :func:`plan_arena` tries at most after :data:`ORDERS` while its best
+plan is above the lower bound (ResNet-50's im2col workspaces: 1.13x the bound by every fixed
+order, the bound itself within 300 random ones; ResNet-50 at batch 3 with its Winograd convs on
+pixel rows: 1.11x by every fixed order and the first 256 random ones, the bound within 512; a
+try of its 84 buffers takes ~0.1 ms), fewer for many buffers (:data:`RANDOM_WORK`)."""
+
+RANDOM_WORK = 150_000
+"""Random orders times buffers :func:`plan_arena` spends at most (at least 64 orders)."""
 
 
 def _shuffles(n: int, rng: random.Random) -> Iterator[list[int]]:
@@ -147,4 +154,4 @@ def _place(buffers: Sequence[Buffer], order: Sequence[int], alignment: int) -> t
     return offsets, peak
 
 
-__all__ = ["ALIGNMENT", "ArenaPlan", "Buffer", "lower_bound", "plan_arena"]
+__all__ = ["ALIGNMENT", "ArenaPlan", "Buffer", "RANDOM_ORDERS", "RANDOM_WORK", "lower_bound", "plan_arena"]
