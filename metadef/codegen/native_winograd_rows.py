@@ -72,19 +72,23 @@ def rows_routine(m: int, phase: str) -> str:
 WINOGRAD_ROWS_ROUTINES = tuple(rows_routine(m, phase) for m in WINOGRAD_SIZES for phase in ("in", "out"))
 
 
+def _grid(b: ir.IRBuilder, d: dict[str, ir.Value], m: int) -> tuple[ir.Value, ir.Value]:
+    """The tiles of a row of one image's output, and of the whole image."""
+    tw = b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))
+    return tw, b.mul(b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m)), tw)
+
+
 class _Tile:
     """Tile ``t`` of all images' tiles: its image, and its first output pixel's row and column."""
 
     def __init__(self, b: ir.IRBuilder, d: dict[str, ir.Value], m: int, t: ir.Value) -> None:
-        tw = b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))
-        tiles = b.mul(b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m)), tw)
+        tw, tiles = _grid(b, d, m)
         self.image, within = b.sdiv(t, tiles), b.srem(t, tiles)
         self.y0, self.x0 = b.mul(b.sdiv(within, tw), I64(m)), b.mul(b.srem(within, tw), I64(m))
 
 
 def _tile_count(b: ir.IRBuilder, d: dict[str, ir.Value], m: int) -> ir.Value:
-    th = b.sdiv(b.add(d["oh"], I64(m - 1)), I64(m))
-    return b.mul(d["n"], b.mul(th, b.sdiv(b.add(d["ow"], I64(m - 1)), I64(m))))
+    return b.mul(d["n"], _grid(b, d, m)[1])
 
 
 def _inside(b: ir.IRBuilder, first: ir.Value, count: int, extent: ir.Value) -> ir.Value:

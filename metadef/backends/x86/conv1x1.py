@@ -198,9 +198,19 @@ class WeightProduct:
         # argument must span whole panels, else the padded copy of a constant bias is read
         self.rows_possible = bias_arg is NULL or self.cout % gemm_panel() == 0 or bias is not None
 
+    @staticmethod
+    def layout(kind: str) -> str:
+        """The packed layout ``kind`` reads: the orders of ``md_conv1x1`` share one.
+
+        Example:
+            >>> WeightProduct.layout(OWN_C) == WeightProduct.layout(OWN), WeightProduct.layout(OWN_T)
+            (True, 'own micro-kernel, pixels as rows')
+        """
+        return OWN if kind in ORDERS else kind
+
     def packed(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The weights in the layout of ``kind`` and a bias to read (zeros, or the padded bias)."""
-        kind = OWN if kind in ORDERS else kind
+        kind = self.layout(kind)
         if kind not in self._packed:
             weight = self.weight
             assert weight is not None, "weights dropped: give them back before packing another way"
@@ -217,7 +227,7 @@ class WeightProduct:
 
     def is_packed(self, kind: str) -> bool:
         """Whether the weights are packed for ``kind`` already (:meth:`packed` needs no weights then)."""
-        return (OWN if kind in ORDERS else kind) in self._packed
+        return self.layout(kind) in self._packed
 
     def drop_weights(self) -> None:
         """Let the unpacked weights go: the packed ones are what the calls read (for Winograd's
@@ -420,17 +430,15 @@ def pack_back_to_back(products: Sequence[WeightProduct], kind: str) -> None:
     """
     if kind == BLAS or len(products) < 2:
         return
-    key = OWN if kind in ORDERS else kind
-    known = [p._packed.get(key) for p in products]
-    if all(k is not None for k in known):
-        arrays = [k[0] for k in known]  # type: ignore[index]
+    if all(p.is_packed(kind) for p in products):
+        arrays = [p.packed(kind)[0] for p in products]
         if all(b.ctypes.data == a.ctypes.data + a.nbytes for a, b in itertools.pairwise(arrays)):
             return
     packs = [p.packed(kind) for p in products]
     whole = aligned_empty((len(packs), *packs[0][0].shape))
     for product, (weights, bias), place in zip(products, packs, whole):
         place[...] = weights
-        product._packed[key] = (place, bias)
+        product._packed[WeightProduct.layout(kind)] = (place, bias)
 
 
 def static_planes(node: Node) -> tuple[tuple[int, int], tuple[int, int]] | None:
